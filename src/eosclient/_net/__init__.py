@@ -1,0 +1,1 @@
+"""Network I/O: sockets and deadlines around the sans-IO protocol layer."""
