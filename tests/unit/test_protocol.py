@@ -129,6 +129,16 @@ class TestConnection:
         retry = conn.retry_handshake(reply)
         assert retry is not None and struct.unpack_from(">hh", retry, 4) == (18, 2)
 
+    def test_unreadable_unsupported_version_answer_falls_back_to_v0(self) -> None:
+        # librdkafka's mock answers ApiVersions v3 with error 35 in a body no schema reads
+        # (bytes captured from it); the handshake used to fail with ProtocolError.
+        conn = Connection("probe")
+        conn.handshake()
+        [reply] = conn.receive(bytes.fromhex("000000110000000000230100120000000200000000"))
+        assert reply.response.error_code == 35
+        retry = conn.retry_handshake(reply)
+        assert retry is not None and struct.unpack_from(">hh", retry, 4) == (18, 0)
+
     def test_wrong_correlation_id_is_a_protocol_error(self) -> None:
         conn = Connection("probe")
         conn.handshake()

@@ -94,7 +94,8 @@ class Connection:
         for entry in response.api_keys:
             if entry.api_key == ApiKey.API_VERSIONS and entry.max_version < reply.version:
                 return self.handshake(entry.max_version)
-        return None
+        # No usable range in the answer: v0 is the version every broker speaks.
+        return self.handshake(0) if reply.version > 0 else None
 
     def send(self, request: Any, version: int | None = None) -> bytes:
         """Frame `request` with a header; return the bytes to write.
@@ -151,7 +152,23 @@ class Connection:
         try:
             response = pending.api.response.decode(frame, version=pending.version, header=True)
         except Exception as exc:
-            raise ProtocolError(
-                f"undecodable {pending.api.key.name} v{pending.version} response: {exc!r}"
-            ) from exc
+            response = _unreadable_unsupported_version(pending, frame)
+            if response is None:
+                raise ProtocolError(
+                    f"undecodable {pending.api.key.name} v{pending.version} response: {exc!r}"
+                ) from exc
         return Reply(correlation_id, pending.version, pending.request, response)
+
+
+def _unreadable_unsupported_version(pending: _Pending, frame: bytes) -> Any:
+    """An UNSUPPORTED_VERSION answer to ApiVersions whose body cannot be read, as an empty one.
+
+    Kafka answers with a v0 body that lists its range; librdkafka's mock cluster answers with a
+    body no version's schema reads. Both start with the error code, and both mean "try lower".
+    """
+    if pending.api.key != ApiKey.API_VERSIONS or len(frame) < 6:
+        return None
+    (error_code,) = struct.unpack_from(">h", frame, _CORRELATION.size)
+    if error_code != _UNSUPPORTED_VERSION:
+        return None
+    return pending.api.response(error_code=error_code, api_keys=[], version=0)

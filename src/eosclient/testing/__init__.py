@@ -1,0 +1,1 @@
+"""Helpers for testing code that uses eosclient: real brokers on loopback ports, a pytest plugin."""
