@@ -1,0 +1,3 @@
+"""Shared pytest configuration: the eosclient broker fixtures."""
+
+pytest_plugins = ["eosclient.testing.pytest_plugin"]
