@@ -76,6 +76,8 @@ The exception tree
         ├── ConfigError                 bad setting (.key names it; also ValueError)
         ├── UnknownPartitionError       send() to a partition not declared at begin (ValueError)
         ├── InvalidGroupIdError         send_offsets for another group (also ValueError)
+        ├── RecordTooLargeError         a record over max.request.size (also ValueError)
+        ├── RecordTypeError             a key/value/header of a type Kafka cannot carry (TypeError)
         └── IllegalStateError           not allowed in this state (also RuntimeError)
 
 :class:`UsageError` is not a fifth kind of failure: it reports a bug in the calling code, is raised
@@ -104,6 +106,8 @@ __all__ = [
     "KafkaTimeoutError",
     "OffsetOutOfRangeError",
     "ProtocolError",
+    "RecordTooLargeError",
+    "RecordTypeError",
     "RetriableError",
     "TableRow",
     "UnknownPartitionError",
@@ -227,6 +231,14 @@ class UnknownPartitionError(UsageError, ValueError):
 
 class InvalidGroupIdError(UsageError, ValueError):
     """``send_offsets_to_transaction`` for a group other than the one declared at begin."""
+
+
+class RecordTooLargeError(UsageError, ValueError):
+    """A record is larger than ``max.request.size``: it could never be sent. Nothing was queued."""
+
+
+class RecordTypeError(UsageError, TypeError):
+    """A key, value, header or timestamp has a type Kafka cannot carry. Nothing was queued."""
 
 
 class IllegalStateError(UsageError, RuntimeError):

@@ -1,0 +1,301 @@
+"""The accumulator's settings and batches: one partition's records on their way to the broker.
+
+:class:`PartitionQueues` keeps each partition's unsent batches, oldest first; a record joins the
+newest batch of its partition only if that batch is of the same transaction generation and not
+full.
+
+A :class:`ProducerBatch` owns a kafka-python ``DefaultRecordBatchBuilder`` from its first record
+until it is drained; then it is encoded once, with the producer id, epoch, base sequence and
+transactional flag of its :class:`~eosclient._core.sequences.SendTicket`, and keeps those bytes
+for every resend. A :class:`ReadyBatch` is one drained batch as it goes into a Produce request.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from eosclient._core.partitioner import Partitioner, default_partitioner
+from eosclient._core.records import (
+    Compression,
+    Delivered,
+    DeliveryHandle,
+    Header,
+    Record,
+    Serializer,
+    compression_for,
+)
+from eosclient._core.sequences import SendTicket
+from eosclient._core.types import TopicPartition
+from eosclient.errors import ConfigError
+
+__all__ = ["AccumulatorSettings", "PartitionQueues", "ProducerBatch", "ReadyBatch"]
+
+_MAGIC_V2 = 2
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AccumulatorSettings:
+    """The producer settings the accumulator uses (Kafka's names in the docs).
+
+    Attributes:
+        batch_size: ``batch.size``: bytes per batch before compression (a larger record
+            still gets a batch of its own).
+        linger_ms: ``linger.ms``: how long a batch that is not full waits for more records.
+        max_request_size: ``max.request.size``: no record may be larger; also the default
+            byte budget of one drain.
+        compression_type: ``compression.type``: none, gzip, snappy, lz4 or zstd.
+        delivery_timeout_ms: ``delivery.timeout.ms``: from append to giving up.
+        max_in_flight: ``max.in.flight.requests.per.connection``: batches in flight per
+            partition, at most 5.
+        transactional: Whether batches carry the transactional flag (False: idempotent only).
+        key_serializer: Turns keys into bytes; None accepts bytes-like keys only.
+        value_serializer: Turns values into bytes; None accepts bytes-like values only.
+        partitioner: ``(topic, key, num_partitions) -> int | None``; None means sticky.
+    """
+
+    batch_size: int = 16_384
+    linger_ms: float = 5.0
+    max_request_size: int = 1_048_576
+    compression_type: str = "none"
+    delivery_timeout_ms: float = 120_000.0
+    max_in_flight: int = 5
+    transactional: bool = True
+    key_serializer: Serializer | None = None
+    value_serializer: Serializer | None = None
+    partitioner: Partitioner = default_partitioner
+
+    def __post_init__(self) -> None:
+        for key, value in (("batch.size", self.batch_size),
+                           ("max.request.size", self.max_request_size)):
+            if value < 1:
+                raise ConfigError(f"must be at least 1, got {value}", key=key)
+        for key, number in (("linger.ms", self.linger_ms),
+                            ("delivery.timeout.ms", self.delivery_timeout_ms)):
+            if number < 0:
+                raise ConfigError(f"must not be negative, got {number}", key=key)
+        compression_for(self.compression_type)  # raises ConfigError naming the package
+
+
+@dataclass(eq=False, slots=True)
+class ProducerBatch:
+    """One partition's batch, from its first append until it is settled. Opaque to callers."""
+
+    tp: TopicPartition
+    generation: int
+    created: float
+    deadline: float
+    builder: Any  # kafka-python's DefaultRecordBatchBuilder until encoded, then None
+    count: int = 0
+    full: bool = False
+    data: bytes = b""
+    # (handle, offset delta of its first record here, how many of its records are here)
+    parts: list[tuple[DeliveryHandle, int, int]] = field(default_factory=list)
+
+    @classmethod
+    def open(
+        cls, tp: TopicPartition, generation: int, now: float, *, settings: AccumulatorSettings,
+        codec: Compression,
+    ) -> ProducerBatch:
+        """A new, empty batch of ``tp`` for ``generation``, created at ``now``."""
+        builder = DefaultRecordBatchBuilder(
+            magic=_MAGIC_V2, compression_type=int(codec),
+            is_transactional=settings.transactional, producer_id=-1, producer_epoch=-1,
+            base_sequence=-1, batch_size=min(settings.batch_size, settings.max_request_size),
+        )
+        deadline = now + settings.delivery_timeout_ms / 1000
+        return cls(tp, generation, now, deadline, builder)
+
+    def try_append(
+        self, timestamp_ms: int, key: bytes | None, value: bytes | None, headers: list[Header]
+    ) -> bool:
+        """Add a record unless the batch is full; the first record always fits."""
+        if self.builder.append(self.count, timestamp_ms, key, value, headers) is None:
+            return False
+        self.count += 1
+        return True
+
+    def size_bound(self) -> int:
+        """The encoded size at most: the uncompressed size until encoded, then exact."""
+        if self.builder is None:
+            return len(self.data)
+        size: int = self.builder.size()
+        return size
+
+    def encode(self, ticket: SendTicket, *, transactional: bool) -> bytes:
+        """Encode the batch for its first send; the builder is dropped, the bytes kept."""
+        identity = ticket.identity
+        self.builder.set_producer_state(identity.producer_id, identity.epoch,
+                                        ticket.base_sequence, transactional)
+        self.data = bytes(self.builder.build())
+        self.builder = None
+        return self.data
+
+    def succeed(self, base_offset: int, log_append_time_ms: int) -> None:
+        """Settle every handle of the batch as written."""
+        for handle, first, count in self.parts:
+            offset = base_offset + first if base_offset >= 0 else -1
+            stamp = log_append_time_ms if log_append_time_ms >= 0 else handle.timestamp_ms
+            handle._succeed_part(Delivered(self.tp, offset, count, stamp))
+
+    def fail(self, error: BaseException) -> None:
+        """Settle every handle of the batch as failed with ``error``."""
+        for handle, _, _ in self.parts:
+            handle._fail(error)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyBatch:
+    """One batch to put in a Produce request, and the ticket to answer it with.
+
+    Attributes:
+        tp: The partition.
+        ticket: Identity, sequences and attempt it is sent with; pass the ReadyBatch back to
+            ``RecordAccumulator.complete``.
+        data: The encoded record batch (v2), ready for the request's ``records`` field.
+        batch: The accumulator's batch (opaque).
+    """
+
+    tp: TopicPartition
+    ticket: SendTicket
+    data: bytes
+    batch: ProducerBatch = field(repr=False)
+
+    @property
+    def generation(self) -> int:
+        """The transaction generation the batch's records were appended in."""
+        return self.batch.generation
+
+
+
+
+class PartitionQueues:
+    """Each partition's unsent batches, oldest first.
+
+    Args:
+        settings: ``batch.size``, ``linger.ms``, ``delivery.timeout.ms`` and the flag.
+        codec: The compression codec of new batches.
+        on_filled: Called with a partition whose batch just filled (moves the sticky
+            partition, KIP-480).
+    """
+
+    def __init__(
+        self,
+        settings: AccumulatorSettings,
+        codec: Compression,
+        on_filled: Callable[[TopicPartition], None],
+    ) -> None:
+        self._settings = settings
+        self._codec = codec
+        self._on_filled = on_filled
+        self._linger = settings.linger_ms / 1000
+        self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+
+    def __iter__(self) -> Iterator[TopicPartition]:
+        return iter(list(self._queues))
+
+    def append(
+        self, tp: TopicPartition, record: Record, *, now: float, generation: int
+    ) -> tuple[ProducerBatch, int]:
+        """Add one record; returns its batch and its offset delta there."""
+        batch = self._open(tp, generation, now)
+        if not batch.try_append(record.timestamp_ms, record.key, record.value, record.headers):
+            batch = self._close_and_open(batch, now)
+            batch.try_append(record.timestamp_ms, record.key, record.value, record.headers)
+        return batch, batch.count - 1
+
+    def append_all(
+        self, tp: TopicPartition, records: list[tuple[bytes | None, bytes | None]], *,
+        timestamp_ms: int, now: float, generation: int, handle: DeliveryHandle,
+    ) -> None:
+        """Add header-less records, all under ``handle``; they may span several batches."""
+        batch = self._open(tp, generation, now)
+        first = batch.count
+        no_headers: list[Header] = []
+        for key, value in records:
+            if not batch.try_append(timestamp_ms, key, value, no_headers):
+                _add_part(batch, handle, first)
+                batch = self._close_and_open(batch, now)
+                first = 0
+                batch.try_append(timestamp_ms, key, value, no_headers)
+        _add_part(batch, handle, first)
+
+    def due(self, tp: TopicPartition, now: float, *, flush: bool) -> ProducerBatch | None:
+        """``tp``'s oldest batch if it may go now: closed, lingered long enough, or flushing."""
+        queue = self._queues.get(tp)
+        if not queue:
+            return None
+        head = queue[0]
+        closed = head.full or len(queue) > 1
+        return head if flush or closed or now - head.created >= self._linger else None
+
+    def pop(self, tp: TopicPartition) -> ProducerBatch:
+        """Remove and return ``tp``'s oldest batch."""
+        queue = self._queues[tp]
+        batch = queue.popleft()
+        if not queue:
+            del self._queues[tp]
+        return batch
+
+    def remove(self, doomed: Callable[[ProducerBatch], bool]) -> list[ProducerBatch]:
+        """Remove and return every batch ``doomed`` picks."""
+        removed: list[ProducerBatch] = []
+        for tp, queue in list(self._queues.items()):
+            removed.extend(b for b in queue if doomed(b))
+            kept = deque(b for b in queue if not doomed(b))
+            self._set(tp, kept)
+        return removed
+
+    def expired(self, now: float) -> list[ProducerBatch]:
+        """Remove and return the batches whose delivery deadline passed."""
+        return self.remove(lambda batch: batch.deadline <= now)
+
+    def next_due(self, now: float) -> float | None:
+        """Seconds until some batch is due by linger (0: now); None if nothing is queued."""
+        waits = (
+            0.0 if q[0].full or len(q) > 1 else max(0.0, q[0].created + self._linger - now)
+            for q in self._queues.values()
+        )
+        return min(waits, default=None)
+
+    def records(self, generation: int | None = None) -> int:
+        """Records queued, of ``generation`` or (None) of all."""
+        return sum(
+            b.count for q in self._queues.values() for b in q
+            if generation is None or b.generation == generation
+        )
+
+    def _open(self, tp: TopicPartition, generation: int, now: float) -> ProducerBatch:
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
+        elif queue and queue[-1].generation == generation and not queue[-1].full:
+            return queue[-1]
+        return self._new(tp, generation, now)
+
+    def _close_and_open(self, batch: ProducerBatch, now: float) -> ProducerBatch:
+        batch.full = True
+        self._on_filled(batch.tp)
+        return self._new(batch.tp, batch.generation, now)
+
+    def _new(self, tp: TopicPartition, generation: int, now: float) -> ProducerBatch:
+        batch = ProducerBatch.open(tp, generation, now, settings=self._settings,
+                                   codec=self._codec)
+        self._queues[tp].append(batch)
+        return batch
+
+    def _set(self, tp: TopicPartition, queue: deque[ProducerBatch]) -> None:
+        if queue:
+            self._queues[tp] = queue
+        else:
+            self._queues.pop(tp, None)
+
+
+def _add_part(batch: ProducerBatch, handle: DeliveryHandle, first: int) -> None:
+    if batch.count > first:
+        handle._add_part(batch.count - first)
+        batch.parts.append((handle, first, batch.count - first))

@@ -1,0 +1,490 @@
+"""The accumulator, sans-IO: records appended, batches drained and decoded with kafka-python,
+answers fed back. Also the partitioner (murmur2 against Java's vectors) and codec selection."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from itertools import pairwise
+from typing import Any
+
+import kafka.codec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatch
+from kafka.record.memory_records import MemoryRecords
+
+from eosclient._core.accumulator import AccumulatorSettings, ReadyBatch, RecordAccumulator
+from eosclient._core.partitioner import (
+    StickyPartitions,
+    default_partitioner,
+    murmur2,
+    partition_for,
+)
+from eosclient._core.records import (
+    Compression,
+    DeliveryHandle,
+    available_compressions,
+    compression_for,
+)
+from eosclient._core.sequences import Acked, Failed, Ignored, Retry
+from eosclient._core.types import NO_IDENTITY, ProducerIdentity, TopicPartition
+from eosclient.errors import (
+    AbortableError,
+    ConfigError,
+    EpochBumpRequiredError,
+    IllegalStateError,
+    KafkaTimeoutError,
+    RecordTooLargeError,
+    RecordTypeError,
+    UsageError,
+)
+
+ID = ProducerIdentity(7000, 3)
+BUMPED = ProducerIdentity(7000, 4)
+TP0, TP1, TP2 = (TopicPartition("out", p) for p in range(3))
+TS = 1_700_000_000_000
+VALUE = b"v" * 100
+
+
+def every(tp: TopicPartition) -> bool:
+    return True
+
+
+def accumulator(identity: ProducerIdentity = ID, **overrides: Any) -> RecordAccumulator:
+    return RecordAccumulator(AccumulatorSettings(**overrides), identity=identity,
+                             sticky=StickyPartitions(random.Random(0)))
+
+
+def put(acc: RecordAccumulator, tp: TopicPartition = TP0, value: bytes | None = VALUE,
+        generation: int = 0, now: float = 0.0, **kwargs: Any) -> DeliveryHandle:
+    return acc.append(tp, kwargs.pop("key", None), value, kwargs.pop("headers", None),
+                      timestamp_ms=TS, now=now, generation=generation)
+
+
+def decode(ready: ReadyBatch) -> DefaultRecordBatch:
+    records = MemoryRecords(ready.data)
+    batch = records.next_batch()
+    assert batch is not None and records.next_batch() is None
+    assert batch.validate_crc()
+    return batch
+
+
+def values(ready: ReadyBatch) -> list[bytes]:
+    return [record.value for record in decode(ready)]
+
+
+def flush(acc: RecordAccumulator, ready: Callable[[TopicPartition], bool] = every,
+          now: float = 0.0) -> dict[TopicPartition, ReadyBatch]:
+    return acc.drain(ready, now, flush=True)
+
+
+# -- batching --------------------------------------------------------------------------------
+
+
+def test_a_batch_waits_for_linger_unless_flushed() -> None:
+    acc = accumulator(linger_ms=10)
+    put(acc, now=0.0)
+    assert acc.drain(every, now=0.009) == {}
+    assert acc.next_ready(now=0.004) == pytest.approx(0.006)
+    assert list(acc.drain(every, now=0.010)) == [TP0]
+    put(acc, now=1.0)
+    assert list(acc.drain(every, now=1.0, flush=True)) == [TP0]
+    assert acc.next_ready(now=1.0) is None
+
+
+def test_a_full_batch_is_ready_before_linger() -> None:
+    acc = accumulator(batch_size=1024, linger_ms=60_000)
+    for _ in range(20):
+        put(acc)
+    assert acc.next_ready(now=0.0) == 0.0
+    full = []
+    while drained := acc.drain(every, now=0.0):
+        full.append(drained[TP0])
+    assert len(full) == 2 and all(len(r.data) <= 1024 for r in full)
+    assert full[0].ticket.record_count == full[1].ticket.record_count == 8
+    assert acc.unsent_records() == 4  # the last batch is not full: it lingers
+
+
+def test_one_batch_per_partition_per_drain_with_consecutive_sequences() -> None:
+    # Produce v3+ accepts exactly one record batch per partition per request.
+    acc = accumulator(batch_size=512)
+    for _ in range(12):
+        put(acc)
+        put(acc, tp=TP1)
+    first = flush(acc)
+    second = flush(acc)
+    assert set(first) == set(second) == {TP0, TP1}
+    a, b = first[TP0].ticket, second[TP0].ticket
+    assert (a.base_sequence, b.base_sequence) == (0, a.record_count)
+    assert decode(second[TP0]).base_sequence == a.record_count
+
+
+def test_a_record_larger_than_batch_size_gets_a_batch_of_its_own() -> None:
+    acc = accumulator(batch_size=100)
+    put(acc, value=b"x" * 500)
+    put(acc)
+    assert values(flush(acc)[TP0]) == [b"x" * 500]
+
+
+def test_drain_takes_only_partitions_ready_allows() -> None:
+    # KIP-609 pre-registration: a partition is produced to only after its registration.
+    acc = accumulator()
+    for tp in (TP0, TP1, TP2):
+        put(acc, tp=tp)
+    assert set(flush(acc, ready=lambda tp: tp != TP1)) == {TP0, TP2}
+    assert acc.sequences.next_sequence(TP1) == 0  # no sequence spent on a gated partition
+    assert set(flush(acc)) == {TP1}
+
+
+def test_drain_respects_the_byte_budget_and_rotates() -> None:
+    acc = accumulator()
+    for tp in (TP0, TP1, TP2):
+        for _ in range(5):
+            put(acc, tp=tp)
+    taken: list[TopicPartition] = []
+    for _ in range(3):
+        drained = acc.drain(every, 0.0, max_bytes=700, flush=True)
+        assert len(drained) == 1  # one ~650-byte batch fits, two do not
+        taken.extend(drained)
+    assert set(taken) == {TP0, TP1, TP2}  # no partition starves
+
+
+def test_a_new_generation_starts_a_new_batch() -> None:
+    acc = accumulator()
+    put(acc, value=b"g0", generation=0)
+    put(acc, value=b"g1", generation=1)
+    first = flush(acc)[TP0]
+    assert values(first) == [b"g0"] and first.generation == 0
+    assert flush(acc) == {}  # generation 1 waits until generation 0 is settled here
+    acc.complete(first, 0, base_offset=0)
+    assert values(flush(acc)[TP0]) == [b"g1"]
+
+
+def test_nothing_drains_before_an_identity() -> None:
+    acc = accumulator(identity=NO_IDENTITY)
+    put(acc)
+    assert flush(acc) == {}
+    acc.reset_identity(ID)
+    assert decode(flush(acc)[TP0]).producer_id == ID.producer_id
+
+
+# -- encoding --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_encoded_batches_decode_back_with_kafka_python(codec: str) -> None:
+    if codec not in available_compressions():
+        pytest.skip(f"compression.type={codec}: its library is not installed")
+    acc = accumulator(compression_type=codec)
+    headers = [("trace", b"abc"), ("empty", None)]
+    for i in range(50):
+        put(acc, key=b"k%d" % i, value=b"value-%d" % i * 10, headers=headers)
+    put(acc, key=None, value=None)  # a keyless tombstone
+    ready = flush(acc)[TP0]
+    batch = decode(ready)
+    assert (batch.producer_id, batch.producer_epoch) == (ID.producer_id, ID.epoch)
+    assert batch.base_sequence == 0 and batch.is_transactional and not batch.is_control_batch
+    assert batch.compression_type == (Compression[codec.upper()] if codec != "none" else 0)
+    records = list(batch)
+    assert len(records) == 51 == ready.ticket.record_count
+    assert records[7].key == b"k7" and records[7].value == b"value-7" * 10
+    assert records[7].headers == headers and records[7].timestamp == TS
+    assert records[7].offset == 7
+    assert (records[-1].key, records[-1].value) == (None, None)
+
+
+def test_an_idempotent_producer_writes_non_transactional_batches() -> None:
+    acc = accumulator(transactional=False)
+    put(acc)
+    batch = decode(flush(acc)[TP0])
+    assert not batch.is_transactional and batch.producer_id == ID.producer_id
+
+
+def test_unknown_compression_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        accumulator(compression_type="brotli")
+    assert info.value.key == "compression.type"
+
+
+@pytest.mark.parametrize(("codec", "package"),
+                         [("snappy", "python-snappy"), ("lz4", "lz4"), ("zstd", "zstandard")])
+def test_a_missing_codec_library_names_the_package(
+    monkeypatch: pytest.MonkeyPatch, codec: str, package: str
+) -> None:
+    monkeypatch.setattr(kafka.codec, f"has_{codec}", lambda: False)
+    with pytest.raises(ConfigError, match=f"pip install {package}") as info:
+        compression_for(codec)
+    assert info.value.key == "compression.type"
+
+
+# -- bad input is rejected before anything is queued ---------------------------------------
+
+
+def test_a_record_over_max_request_size_is_rejected_before_queueing() -> None:
+    acc = accumulator(max_request_size=1000)
+    with pytest.raises(RecordTooLargeError, match=r"max\.request\.size") as info:
+        put(acc, value=b"x" * 1000)
+    assert isinstance(info.value, UsageError) and isinstance(info.value, ValueError)
+    assert acc.unsent_records() == 0 and flush(acc) == {}
+
+
+def test_bulk_with_one_oversized_record_queues_none() -> None:
+    acc = accumulator(max_request_size=1000)
+    with pytest.raises(RecordTooLargeError):
+        acc.append_many(TP0, [b"ok", b"ok", b"x" * 1000], timestamp_ms=TS, now=0, generation=0)
+    assert acc.unsent_records() == 0
+
+
+@pytest.mark.parametrize(("key", "value"), [(None, "text"), ("text", b"v"), (None, 42)])
+def test_non_bytes_key_or_value_is_rejected(key: object, value: object) -> None:
+    acc = accumulator()
+    with pytest.raises(RecordTypeError, match="serializer") as info:
+        acc.append(TP0, key, value, timestamp_ms=TS, now=0, generation=0)
+    assert isinstance(info.value, UsageError) and isinstance(info.value, TypeError)
+    with pytest.raises(RecordTypeError):
+        acc.append_many(TP0, [b"ok", value], [b"k", key], timestamp_ms=TS, now=0, generation=0)
+    assert acc.unsent_records() == 0
+
+
+@pytest.mark.parametrize("headers", [[("k", "text")], [(b"k", b"v")], [("only-key",)]])
+def test_bad_headers_are_rejected(headers: Any) -> None:
+    acc = accumulator()
+    with pytest.raises(RecordTypeError):
+        put(acc, headers=headers)
+    assert acc.unsent_records() == 0
+
+
+@pytest.mark.parametrize("stamp", [1.5e12, True, "now"])
+def test_a_non_int_timestamp_is_rejected(stamp: Any) -> None:
+    acc = accumulator()
+    with pytest.raises(RecordTypeError, match="timestamp_ms"):
+        acc.append(TP0, None, b"v", timestamp_ms=stamp, now=0, generation=0)
+
+
+def test_serializers_turn_objects_into_bytes() -> None:
+    acc = accumulator(key_serializer=lambda k: str(k).encode(),
+                      value_serializer=lambda v: repr(v).encode())
+    acc.append(TP0, 12, {"a": 1}, timestamp_ms=TS, now=0, generation=0)
+    acc.append_many(TP0, [[1], [2]], ["x", "y"], timestamp_ms=TS, now=0, generation=0)
+    records = list(decode(flush(acc)[TP0]))
+    assert [(r.key, r.value) for r in records] == [
+        (b"12", b"{'a': 1}"), (b"x", b"[1]"), (b"y", b"[2]")]
+
+
+def test_mismatched_keys_and_values_are_rejected() -> None:
+    with pytest.raises(ValueError, match="2 keys for 1 values"):
+        accumulator().append_many(TP0, [b"v"], [b"a", b"b"], timestamp_ms=TS, now=0,
+                                  generation=0)
+
+
+def test_bad_settings_name_the_kafka_key() -> None:
+    with pytest.raises(ConfigError) as info:
+        AccumulatorSettings(linger_ms=-1)
+    assert info.value.key == "linger.ms"
+
+
+# -- handles and answers ---------------------------------------------------------------------
+
+
+def test_success_gives_each_record_its_offset() -> None:
+    acc = accumulator()
+    handles = [put(acc) for _ in range(3)]
+    assert not handles[0].done()
+    with pytest.raises(IllegalStateError):
+        handles[0].result()
+    assert isinstance(acc.complete(flush(acc)[TP0], 0, base_offset=100), Acked)
+    assert [h.result()[0].offset for h in handles] == [100, 101, 102]
+    assert handles[2].result()[0].timestamp_ms == TS and handles[2].exception() is None
+
+
+def test_duplicate_sequence_completes_without_an_offset() -> None:
+    acc = accumulator()
+    handle = put(acc)
+    acc.complete(flush(acc)[TP0], 46, base_offset=5)
+    assert handle.result()[0].offset == -1
+
+
+def test_log_append_time_replaces_create_time() -> None:
+    acc = accumulator()
+    handle = put(acc)
+    acc.complete(flush(acc)[TP0], 0, base_offset=0, log_append_time_ms=TS + 5)
+    assert handle.result()[0].timestamp_ms == TS + 5
+
+
+def test_bulk_handle_spans_batches_and_settles_when_all_are_written() -> None:
+    acc = accumulator(batch_size=1024)
+    seen: list[DeliveryHandle] = []
+    handle = acc.append_many(TP0, [VALUE] * 25, timestamp_ms=TS, now=0, generation=0)
+    acc.append_many(TP1, [VALUE] * 2, timestamp_ms=TS, now=0, generation=0, handle=handle)
+    handle.add_done_callback(seen.append)
+    assert handle.record_count == 27
+    offset = 0
+    while not handle.done():
+        for tp, ready in flush(acc).items():
+            acc.complete(ready, 0, base_offset=offset if tp == TP0 else 500)
+            offset += ready.ticket.record_count if tp == TP0 else 0
+    assert seen == [handle]
+    spans = handle.result()
+    assert sum(s.record_count for s in spans) == 27
+    assert next(s.offset for s in spans if s.tp == TP0) == 0
+
+
+def test_an_empty_bulk_succeeds_at_once() -> None:
+    # A send_batch of nothing must not leave a future that never settles.
+    handle = accumulator().append_many(TP0, [], timestamp_ms=TS, now=0, generation=0)
+    assert handle.done() and handle.result() == () and handle.record_count == 0
+
+
+def test_retriable_answer_resends_the_same_bytes_and_sequence() -> None:
+    acc = accumulator()
+    handle = put(acc)
+    first = flush(acc)[TP0]
+    assert acc.complete(first, 6) == Retry(pending=1)  # NOT_LEADER_OR_FOLLOWER
+    assert not handle.done()
+    again = acc.drain(every, 0.0)[TP0]  # due at once, no linger
+    assert again.data == first.data and again.ticket == first.ticket._replace(attempt=1)
+    acc.complete(again, 0, base_offset=9)
+    assert handle.result()[0].offset == 9
+
+
+def test_expired_records_fail_by_kind() -> None:
+    acc = accumulator(delivery_timeout_ms=1000)
+    sent, unsent = put(acc, tp=TP0), put(acc, tp=TP1)
+    flush(acc, ready=lambda tp: tp == TP0)
+    assert acc.expire(now=0.999) == []
+    errors = acc.expire(now=1.0)
+    assert {type(e) for e in errors} == {KafkaTimeoutError, EpochBumpRequiredError}
+    assert isinstance(unsent.exception(), KafkaTimeoutError)  # never sent: no sequence used
+    assert isinstance(sent.exception(), EpochBumpRequiredError)  # in flight: outcome unknown
+
+
+# -- generations (KIP-360) -------------------------------------------------------------------
+
+
+def test_fail_generation_fails_its_unsent_records_and_later_appends() -> None:
+    acc = accumulator()
+    old = [put(acc, generation=0), put(acc, tp=TP1, generation=0)]
+    new = put(acc, generation=1)
+    aborted = AbortableError("aborted")
+    assert acc.fail_generation(0, aborted) == 2
+    assert all(h.exception() is aborted for h in old)
+    late = put(acc, generation=0)
+    assert late.exception() is aborted
+    assert values(flush(acc)[TP0]) == [VALUE] and acc.unsent_records() == 0
+    assert not new.done()
+
+
+@pytest.mark.parametrize("code", [45, 59, 10])
+def test_records_of_a_transaction_aborted_for_a_bump_never_reach_the_next_one(code: int) -> None:
+    # kafka-python 3.0.12 bumps at once and commits the failed transaction's queued records
+    # inside the next one, under the new epoch (seen against librdkafka's mock).
+    acc = accumulator(batch_size=512)
+    for i in range(10):
+        put(acc, value=b"txn0-%d" % i + VALUE, generation=0)
+    assert acc.unsent_records() == 10
+    outcome = acc.complete(flush(acc)[TP0], code)
+    assert acc.unsent_records(generation=0) > 0  # queued behind the failed batch
+    assert isinstance(outcome, Failed) and isinstance(outcome.error, EpochBumpRequiredError)
+    assert flush(acc) == {}  # the broken partition sends nothing more
+    acc.fail_generation(0, outcome.error)  # abort_transaction(): unsent batches fail...
+    acc.reset_identity(BUMPED)  # ...EndTxn(abort), InitProducerId(id, epoch): new epoch
+    put(acc, value=b"txn1", generation=1)
+    ready = flush(acc)[TP0]
+    batch = decode(ready)
+    assert values(ready) == [b"txn1"]
+    assert (batch.producer_epoch, batch.base_sequence) == (BUMPED.epoch, 0)
+
+
+def test_in_flight_batches_fail_when_the_identity_changes() -> None:
+    acc = accumulator()
+    handle = put(acc)
+    ready = flush(acc)[TP0]
+    acc.reset_identity(BUMPED)
+    assert isinstance(handle.exception(), AbortableError)
+    assert isinstance(acc.complete(ready, 0), Ignored)
+
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(0, 1), st.sampled_from([TP0, TP1])),
+        st.tuples(st.just("fail"), st.just(0), st.just(TP0)),
+        st.tuples(st.just("drain"), st.integers(0, 1), st.just(TP0)),
+        st.tuples(st.just("ack"), st.just(0), st.just(TP0)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_OPS)
+def test_no_drained_record_belongs_to_a_failed_generation(ops: list[tuple[str, int, Any]]) -> None:
+    # The KIP-360 rule as a property: whatever the interleaving of appends to generations g and
+    # g+1 with fail_generation(g), every drained batch holds records of one live generation.
+    acc = accumulator(batch_size=300)
+    current, dead, in_flight = 0, -1, []
+    for op, arg, tp in ops:
+        if op == "append":
+            generation = current + arg
+            put(acc, tp=tp, value=b"%d" % generation, generation=generation)
+        elif op == "fail":
+            acc.fail_generation(current, AbortableError("abort"))
+            dead, current = current, current + 1
+        elif op == "drain":
+            for ready in acc.drain(every, now=0.0, flush=bool(arg)).values():
+                generations = {int(v) for v in values(ready)}
+                assert generations == {ready.generation}
+                assert ready.generation > dead
+                in_flight.append(ready)
+        elif in_flight:
+            acc.complete(in_flight.pop(0), 0, base_offset=0)
+
+
+# -- partitioning ----------------------------------------------------------------------------
+
+# Kafka's UtilsTest.testMurmur2 (signed Java ints), plus Sarama's JVM-generated byte vector.
+JAVA_MURMUR2 = [
+    (b"21", -973932308),
+    (b"foobar", -790332482),
+    (b"a-little-bit-long-string", -985981536),
+    (b"a-little-bit-longer-string", -1486304829),
+    (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+    (b"abc", 479470107),
+    (bytes([12, 42, 56, 24, 109, 111]), 274204207),
+]
+
+
+@pytest.mark.parametrize(("key", "expected"), JAVA_MURMUR2)
+def test_murmur2_matches_java(key: bytes, expected: int) -> None:
+    assert murmur2(key) == expected
+    assert partition_for(key, 2**31 - 1) == (expected & 0x7FFFFFFF) % (2**31 - 1)
+
+
+def test_keyed_records_land_where_java_puts_them() -> None:
+    assert [partition_for(k, 12) for k, _ in JAVA_MURMUR2] == [
+        (h & 0x7FFFFFFF) % 12 for _, h in JAVA_MURMUR2]
+    acc = accumulator()
+    assert acc.choose_partition("t", b"foobar", 7) == (-790332482 & 0x7FFFFFFF) % 7
+    with pytest.raises(ValueError, match="at least one partition"):
+        partition_for(b"k", 0)
+
+
+def test_keyless_records_stick_to_a_partition_until_its_batch_fills() -> None:
+    acc = accumulator(batch_size=1024)
+    chosen = []
+    for _ in range(30):
+        partition = acc.choose_partition("out", None, 3)
+        chosen.append(partition)
+        put(acc, tp=TopicPartition("out", partition))
+    runs = [p for i, p in enumerate(chosen) if i == 0 or p != chosen[i - 1]]
+    assert len(runs) >= 3 and all(b == (a + 1) % 3 for a, b in pairwise(runs))
+
+
+def test_a_custom_partitioner_is_used() -> None:
+    acc = accumulator(partitioner=lambda topic, key, n: n - 1)
+    assert acc.choose_partition("t", b"k", 4) == 3
+    assert default_partitioner("t", None, 4) is None
+    bad = accumulator(partitioner=lambda topic, key, n: n)
+    with pytest.raises(ValueError, match="chose 4 of 4"):
+        bad.choose_partition("t", b"k", 4)
