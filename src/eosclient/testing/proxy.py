@@ -1,0 +1,331 @@
+"""A Kafka-protocol-aware TCP proxy that injects faults between clients and one broker.
+
+Theory of operation
+-------------------
+`KafkaProxy` listens on a loopback port and runs an asyncio loop in a daemon thread. Each client
+connection it accepts gets a connection of its own to the upstream broker (a *link*). Both byte
+streams are cut into Kafka frames (`FrameDecoder`), and every frame moves through four tasks::
+
+    client --read_client--> [outbound] --write_broker--> broker
+    client <--write_client-- [slots] <--read_broker---- broker
+
+*read_client* reads each request's header (api key, version, correlation id), records it in
+`seen`, asks the rules which one fires on it, and queues it for the broker with a release time:
+its arrival, plus `latency`, plus any `Delay`. Each request also takes the next *slot*: a future
+for what the client gets back. Slots are delivered strictly in request order, so a response
+answered early (an `ErrorResponse`) or never (a `DropResponse`) cannot reorder or stall the
+responses around it.
+
+*write_broker* releases requests in order at their release times (so a burst stays a burst:
+latency shifts frames, it does not space them), answers `ErrorResponse` requests itself, and cuts
+for `Cut("before")`. *read_broker* matches each response to the oldest forwarded request (Kafka
+answers in order; a mismatch is a protocol error), rewrites it if needed and fills its slot with
+a release time of arrival + `latency`. *write_client* waits for each slot in turn and writes it.
+Produce with acks=0 is the one request Kafka does not answer; its slot is filled with nothing
+once the broker answers a later request, unless the broker answers it after all (noida-db and
+Tansu do), and then that answer is passed on like any other: the proxy hides nothing the broker
+sends.
+
+Rewriting: Metadata and FindCoordinator responses name brokers by host and port; the proxy
+decodes them with kafka-python's classes at the request's version, names its own listener
+instead, and re-encodes them under the original correlation id, so clients keep talking through
+the proxy. Every broker of a multi-broker upstream is mapped onto the one listener (whose
+connections all go to the one upstream address), so only single-broker upstreams behave as a
+real cluster would. Other addresses are left alone (Produce/Fetch v10+/v16+ ``node_endpoints``,
+sent with NOT_LEADER errors, which a single broker never returns). Unknown tagged fields of a
+rewritten response are not kept (kafka-python does not re-encode them).
+
+Errors inside the loop (a broken frame, an undecodable response, a bug) are logged on the
+``eosclient.testing.proxy`` logger and close the connection concerned, so a test sees a cut
+connection rather than a silent hang.
+
+Example::
+
+    with KafkaProxy(broker.host, broker.port) as proxy:
+        rule = proxy.add_rule(Rule(api_key=ApiKey.END_TXN, action=DropResponse()))
+        producer = Producer({"bootstrap.servers": proxy.bootstrap_servers, ...})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import struct
+import threading
+from collections.abc import Coroutine
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar
+
+from eosclient.errors import ApiKey
+from eosclient.testing._proxy_link import Link, SeenRequest, close_writer
+from eosclient.testing._proxy_rules import (
+    ERROR_RESPONSE_APIS,
+    Action,
+    Cut,
+    Delay,
+    DropResponse,
+    ErrorResponse,
+    RewriteError,
+    Rule,
+    RuleBook,
+)
+
+__all__ = [
+    "ERROR_RESPONSE_APIS",
+    "Action",
+    "Cut",
+    "Delay",
+    "DropResponse",
+    "ErrorResponse",
+    "KafkaProxy",
+    "RewriteError",
+    "Rule",
+    "SeenRequest",
+]
+
+log = logging.getLogger("eosclient.testing.proxy")
+
+_HEADER: Final = struct.Struct(">hhi")
+_CORRELATION: Final = struct.Struct(">i")
+_READ_SIZE: Final = 65536
+_THREAD_TIMEOUT: Final = 10.0
+_CLOSE_TIMEOUT: Final = 1.0
+_ADDRESSED: Final = frozenset({ApiKey.METADATA, ApiKey.FIND_COORDINATOR})
+_T = TypeVar("_T")
+
+
+class KafkaProxy:
+    """A fault-injecting Kafka proxy in front of one broker.
+
+    Args:
+        upstream_host: the broker's host.
+        upstream_port: the broker's port.
+        listen_host: the address to listen on, also the host named in rewritten metadata.
+        listen_port: the port to listen on; 0 picks a free one.
+        latency: seconds added to every frame in each direction (a round trip costs twice this).
+
+    Usable as a context manager, which starts and closes it.
+    """
+
+    def __init__(
+        self,
+        upstream_host: str,
+        upstream_port: int,
+        *,
+        listen_host: str = "127.0.0.1",
+        listen_port: int = 0,
+        latency: float = 0.0,
+    ) -> None:
+        self._upstream = (upstream_host, upstream_port)
+        self._listen = (listen_host, listen_port)
+        self.latency = latency
+        self._rules = RuleBook()
+        self._seen: list[SeenRequest] = []
+        self._lock = threading.Lock()
+        self._state = "new"
+        self._port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self._links: set[Link] = set()
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Start listening; return self. Idempotent while running.
+
+        Raises:
+            RuntimeError: the proxy was closed.
+            OSError: the listen address could not be bound.
+        """
+        with self._lock:
+            if self._state == "closed":
+                raise RuntimeError("this KafkaProxy is closed; make a new one")
+            if self._state == "running":
+                return self
+            loop = asyncio.new_event_loop()
+            ready: concurrent.futures.Future[int] = concurrent.futures.Future()
+            thread = threading.Thread(
+                target=self._run, args=(loop, ready), name="eosclient-proxy", daemon=True
+            )
+            thread.start()
+            try:
+                self._port = ready.result(_THREAD_TIMEOUT)
+            except BaseException:
+                thread.join(_THREAD_TIMEOUT)
+                raise
+            self._loop, self._thread, self._state = loop, thread, "running"
+            thread.name = f"eosclient-proxy-{self._port}"
+        log.debug("proxy %s -> %s:%d started", self.bootstrap_servers, *self._upstream)
+        return self
+
+    def close(self) -> None:
+        """Stop listening, cut every connection and join the loop's thread. Idempotent."""
+        with self._lock:
+            running, self._state = self._state == "running", "closed"
+        if not running:
+            return
+        assert self._loop is not None and self._thread is not None
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(_THREAD_TIMEOUT)
+        if self._thread.is_alive():
+            log.error("proxy thread %s did not stop in %.0f s", self._thread.name, _THREAD_TIMEOUT)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        listen = self.bootstrap_servers if self._port is not None else "not started"
+        return f"<KafkaProxy {listen} -> {self._upstream[0]}:{self._upstream[1]} {self._state}>"
+
+    # --- addresses --------------------------------------------------------------------------
+
+    @property
+    def host(self) -> str:
+        """The host the proxy listens on."""
+        return self._listen[0]
+
+    @property
+    def port(self) -> int:
+        """The port the proxy listens on.
+
+        Raises:
+            RuntimeError: the proxy has not been started.
+        """
+        if self._port is None:
+            raise RuntimeError("the proxy has no port until start()")
+        return self._port
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port`` of the proxy, for a client's ``bootstrap.servers``."""
+        return f"{self.host}:{self.port}"
+
+    # --- faults -----------------------------------------------------------------------------
+
+    @property
+    def latency(self) -> float:
+        """Seconds each frame is held in each direction; may be changed while running."""
+        return self._latency
+
+    @latency.setter
+    def latency(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"latency must be >= 0, not {seconds}")
+        self._latency = float(seconds)
+
+    def add_rule(self, rule: Rule) -> Rule:
+        """Apply `rule` to requests arriving from now on; return it (to read `rule.fired`)."""
+        return self._rules.add(rule)
+
+    def clear_rules(self) -> None:
+        """Remove every rule. Requests already received keep the action they were given."""
+        self._rules.clear()
+
+    def wait_fired(self, rule: Rule, timeout: float = 10.0, count: int = 1) -> bool:
+        """Block until `rule` has fired `count` times; False if `timeout` passed first."""
+        return self._rules.wait_fired(rule, timeout, count)
+
+    def cut_all(self) -> int:
+        """Close every live connection (both sides) now; return how many there were."""
+        return self._call(self._cut_all())
+
+    # --- observation ------------------------------------------------------------------------
+
+    @property
+    def seen(self) -> list[SeenRequest]:
+        """A copy of every request received so far, in arrival order, over all connections."""
+        with self._lock:
+            return list(self._seen)
+
+    def clear_seen(self) -> None:
+        """Forget the requests recorded in `seen`."""
+        with self._lock:
+            self._seen.clear()
+
+    @property
+    def connections(self) -> int:
+        """How many client connections are live."""
+        return len(self._links)
+
+    # --- the loop's side --------------------------------------------------------------------
+
+    def _record(self, seen: SeenRequest) -> None:
+        with self._lock:
+            self._seen.append(seen)
+
+    def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        loop = self._loop
+        if self._state != "running" or loop is None:
+            coro.close()
+            raise RuntimeError(f"{self!r} is not running")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(_THREAD_TIMEOUT)
+
+    def _run(self, loop: asyncio.AbstractEventLoop, ready: concurrent.futures.Future[int]) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            host, port = self._listen
+            self._server = loop.run_until_complete(asyncio.start_server(self._accept, host, port))
+        except BaseException as exc:
+            ready.set_exception(exc)
+            loop.close()
+            return
+        ready.set_result(self._server.sockets[0].getsockname()[1])
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(self._shutdown())
+            loop.close()
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()  # stop accepting; wait_closed() below waits for the handlers
+        try:
+            # Each half of the thread's join timeout: close() gives up on the thread otherwise.
+            await asyncio.wait_for(self._cut_all(), _THREAD_TIMEOUT / 2)
+            if self._server is not None:
+                await asyncio.wait_for(self._server.wait_closed(), _THREAD_TIMEOUT / 2)
+        except TimeoutError:
+            log.error("proxy %s: connections did not close in time", self.bootstrap_servers)
+        finally:
+            current = asyncio.current_task()
+            leftovers = [task for task in asyncio.all_tasks() if task is not current]
+            for task in leftovers:
+                task.cancel()
+            await asyncio.gather(*leftovers, return_exceptions=True)
+
+    async def _cut_all(self) -> int:
+        links = list(self._links)
+        for link in links:
+            link.cut()
+        await asyncio.gather(*(link.closed.wait() for link in links))
+        return len(links)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            upstream = await asyncio.open_connection(*self._upstream)
+        except OSError as exc:
+            log.warning(
+                "proxy %s: cannot reach upstream %s:%d: %s",
+                self.bootstrap_servers,
+                *self._upstream,
+                exc,
+            )
+            await close_writer(writer)
+            return
+        link = Link(self, (reader, writer), upstream)
+        self._links.add(link)
+        try:
+            await link.run()
+        finally:
+            self._links.discard(link)
+            link.closed.set()
