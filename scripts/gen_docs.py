@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from eosclient._core._txn_table import producer_states_markdown
 from eosclient.errors import (
     AbortableError,
     ApiKey,
@@ -66,7 +67,10 @@ def _kind_label(kind: type[EosError]) -> str:
     return next(label for base, label in _KIND_LABELS if issubclass(kind, base))
 
 
-PAGES: dict[str, Callable[[], str]] = {"errors.md": render_errors}
+PAGES: dict[str, Callable[[], str]] = {
+    "errors.md": render_errors,
+    "producer-states.md": producer_states_markdown,
+}
 
 
 def main(argv: list[str]) -> int:

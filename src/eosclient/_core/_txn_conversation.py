@@ -1,0 +1,169 @@
+"""The coordinator requests in progress: jobs, requests in flight, coordinators known, backoff.
+
+Private to :mod:`eosclient._core.txn`, which decides *what* to ask; this module only keeps track
+of asking. A :class:`~eosclient._core._txn_values.Job` is one request to get answered. It is
+emitted (as a ``SendRequest``) when its coordinator is known, a FindCoordinator job being added
+first when it is not; it is re-emitted after a retriable failure, with exponential backoff
+expressed as ``not_before`` (no sleeping). Every request object in flight maps back to its job,
+so an answer for a job that was cancelled meanwhile is recognised and dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from eosclient._core._txn_values import Destination, Job, Output, SendRequest, Step
+from eosclient._core._txn_wire import Node
+from eosclient._core.types import ProducerIdentity
+from eosclient.errors import EosError
+
+__all__ = ["QUICK_RETRY", "Conversation"]
+
+QUICK_RETRY = 0.020
+"""Seconds before retrying CONCURRENT_TRANSACTIONS right after a transaction ended (KAFKA-5482)."""
+
+_REDISCOVER = frozenset({15, 16})  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: look it up again
+
+
+class Conversation:
+    """Jobs, flights and coordinators of one producer.
+
+    Args:
+        backoff: Seconds before the first retry; doubled per attempt.
+        backoff_max: The cap on a retry's wait.
+    """
+
+    def __init__(self, *, backoff: float, backoff_max: float) -> None:
+        self.jobs: list[Job] = []
+        self.outbox: list[Output] = []
+        self.last_retriable: EosError | None = None
+        self._backoff = backoff
+        self._backoff_max = backoff_max
+        self._flights: dict[int, Job] = {}
+        self._coordinators: dict[tuple[Destination, str], Node] = {}
+
+    def add(self, job: Job) -> None:
+        """Start asking for ``job``; :meth:`emit` sends it."""
+        self.jobs.append(job)
+
+    def has(self, steps: Iterable[Step]) -> bool:
+        """Whether any job for one of ``steps`` is still to be answered."""
+        wanted = frozenset(steps)
+        return any(job.step in wanted for job in self.jobs)
+
+    def finish(self, job: Job) -> None:
+        """The job is answered (or given up): forget it."""
+        job.done = True
+        if job in self.jobs:
+            self.jobs.remove(job)
+
+    def cancel_all(self) -> None:
+        """Abandon every job; answers to their requests will be dropped."""
+        for job in self.jobs:
+            job.done = True
+        self.jobs.clear()
+
+    def drop_unsent(self, steps: Iterable[Step]) -> list[Job]:
+        """Abandon the jobs for ``steps`` that the broker cannot have acted on; return them."""
+        wanted = frozenset(steps)
+        dropped = [
+            job for job in self.jobs
+            if job.step in wanted and job.request is None and not job.maybe_applied
+        ]
+        for job in dropped:
+            self.finish(job)
+        return dropped
+
+    def resume(self, now: float) -> None:
+        """Send every waiting job at once (the application called again)."""
+        for job in self.jobs:
+            if job.request is None:
+                job.not_before = min(job.not_before, now)
+
+    def coordinator(self, destination: Destination, key: str) -> Node | None:
+        """The coordinator known for ``key``, or None."""
+        return self._coordinators.get((destination, key))
+
+    def emit(
+        self,
+        build: Callable[[Job], Any],
+        identity: ProducerIdentity,
+        ready: Callable[[Job], bool],
+    ) -> None:
+        """Put a ``SendRequest`` in the outbox for every job due and ``ready``."""
+        index = 0
+        while index < len(self.jobs):  # a lookup added on the way is emitted too
+            job = self.jobs[index]
+            index += 1
+            if job.request is None and ready(job):
+                self._emit(job, build, identity)
+
+    def _emit(self, job: Job, build: Callable[[Job], Any], identity: ProducerIdentity) -> None:
+        node = None
+        if job.destination is not Destination.ANY_BROKER:
+            node = self.coordinator(job.destination, job.key)
+            if node is None:
+                self._look_up(job.destination, job.key, job.not_before)
+                return
+        job.request, job.sent_as = build(job), identity
+        self._flights[id(job.request)] = job
+        self.outbox.append(SendRequest(job.request, job.destination, node, job.not_before))
+
+    def _look_up(self, target: Destination, key: str, not_before: float) -> None:
+        for job in self.jobs:
+            if job.step is Step.FIND and job.target is target and job.key == key:
+                return
+        self.add(Job(Step.FIND, Destination.ANY_BROKER, key=key, target=target,
+                     not_before=not_before))
+
+    def answered(self, request: Any) -> Job | None:
+        """The job ``request`` was sent for, now not in flight; None if it was abandoned.
+
+        Raises:
+            ValueError: ``request`` was not sent by this conversation, or was answered already.
+        """
+        job = self._flights.pop(id(request), None)
+        if job is None or job.request is not request:
+            raise ValueError(f"{type(request).__name__} is not a request in flight here")
+        job.request = None
+        return None if job.done else job
+
+    def found(self, job: Job, node: Node) -> None:
+        """A FindCoordinator job's answer: remember the coordinator."""
+        self._coordinators[(job.target, job.key)] = node
+        self.finish(job)
+
+    def retry(
+        self,
+        job: Job,
+        now: float,
+        *,
+        quick: bool = False,
+        lost: bool = False,
+        error: EosError | None = None,
+    ) -> None:
+        """Send ``job`` again after a backoff.
+
+        Args:
+            job: The job whose request failed.
+            now: The current time.
+            quick: Start the backoff at :data:`QUICK_RETRY` (CONCURRENT_TRANSACTIONS).
+            lost: The request's answer was lost: the broker may have acted, and the
+                coordinator is looked up again.
+            error: The retriable error, kept as the cause of a later timeout.
+        """
+        job.attempts += 1
+        base = QUICK_RETRY if quick else self._backoff
+        job.not_before = now + min(base * 2 ** (job.attempts - 1), self._backoff_max)
+        job.maybe_applied = job.maybe_applied or lost
+        if error is not None:
+            self.last_retriable = error
+        rediscover = lost or (error is not None and error.code in _REDISCOVER)
+        if rediscover and job.destination is not Destination.ANY_BROKER:
+            self._coordinators.pop((job.destination, job.key), None)
+
+    def take(self) -> list[Output]:
+        """Everything emitted since the last call, oldest first."""
+        out, self.outbox = self.outbox, []
+        return out

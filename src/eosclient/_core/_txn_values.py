@@ -1,0 +1,184 @@
+"""Values the transaction core hands out and keeps: outputs, named conditions, completions, jobs.
+
+Private; :mod:`eosclient._core.txn` re-exports the public ones.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from eosclient._core._txn_table import Input
+from eosclient._core._txn_wire import GroupMetadata, Node
+from eosclient._core.types import NO_IDENTITY, ProducerIdentity, TopicPartition
+from eosclient.errors import ApiKey, EosError, IllegalStateError
+
+__all__ = [
+    "REGISTRATION",
+    "WAIT_OF",
+    "Completion",
+    "Destination",
+    "EndOutcome",
+    "Ending",
+    "FailUnsent",
+    "Job",
+    "Output",
+    "Recovery",
+    "SendRequest",
+    "SequencesReset",
+    "Step",
+    "Wait",
+]
+
+
+class Destination(enum.Enum):
+    """Where a request goes; the facade resolves coordinators through :attr:`SendRequest.node`."""
+
+    TXN_COORDINATOR = "the transaction coordinator"
+    GROUP_COORDINATOR = "the group coordinator"
+    ANY_BROKER = "any broker"
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    """Send ``request`` to ``node`` (any broker when None), not before ``not_before``."""
+
+    request: Any
+    destination: Destination
+    node: Node | None
+    not_before: float
+
+
+@dataclass(frozen=True, slots=True)
+class FailUnsent:
+    """Fail every batch of ``generation`` (and older) that has not been sent, with ``error``."""
+
+    generation: int
+    error: EosError
+
+
+@dataclass(frozen=True, slots=True)
+class SequencesReset:
+    """The identity changed: every partition's sequence starts again at 0."""
+
+    old: ProducerIdentity
+    new: ProducerIdentity
+
+
+Output = SendRequest | FailUnsent | SequencesReset
+
+
+class Recovery(enum.Enum):
+    """How the open transaction will be aborted."""
+
+    ABORT = "EndTxn(abort); the epoch stays"
+    BUMP_EPOCH = "EndTxn(abort), then InitProducerId(id, producer id, epoch) (KIP-360)"
+
+
+class EndOutcome(enum.Enum):
+    """What is known about the EndTxn of the transaction being ended."""
+
+    PENDING = "not answered yet"
+    UNKNOWN = "an EndTxn was sent and its answer lost: the coordinator may have acted"
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """The end being worked on: commit or abort, and what is known of it."""
+
+    committed: bool
+    outcome: EndOutcome = EndOutcome.PENDING
+
+
+class Wait(enum.Enum):
+    """What the producer is waiting for (:meth:`TransactionCore.waiting_for`)."""
+
+    COORDINATOR = "a FindCoordinator answer"
+    PRODUCER_ID = "an InitProducerId answer"
+    REGISTRATION = "AddPartitionsToTxn / AddOffsetsToTxn answers"
+    OFFSETS = "a TxnOffsetCommit answer"
+    BATCHES = "every batch of the transaction to be acknowledged or failed"
+    END_TXN = "an EndTxn answer"
+
+
+class Completion:
+    """How one blocking call ends; the facade polls the core until :attr:`done`.
+
+    Attributes:
+        call: The call this completes.
+        deadline: When it fails with :class:`~eosclient.errors.KafkaTimeoutError`.
+    """
+
+    __slots__ = ("_error", "call", "deadline", "done")
+
+    def __init__(self, call: Input, deadline: float) -> None:
+        self.call = call
+        self.deadline = deadline
+        self.done = False
+        self._error: EosError | None = None
+
+    @property
+    def error(self) -> EosError | None:
+        """The failure, once done; None for a success."""
+        return self._error
+
+    def result(self) -> None:
+        """Return on success.
+
+        Raises:
+            EosError: the call's failure, as classified; the core's state is as it left it.
+            IllegalStateError: not done yet.
+        """
+        if not self.done:
+            raise IllegalStateError(f"{self.call.value} has not completed")
+        if self._error is not None:
+            raise self._error
+
+    def _finish(self, error: EosError | None) -> None:
+        if not self.done:
+            self.done, self._error = True, error
+
+
+class Step(enum.Enum):
+    """What a coordinator request is for; the value is its API."""
+
+    FIND = ApiKey.FIND_COORDINATOR
+    INIT = ApiKey.INIT_PRODUCER_ID
+    ADD_PARTITIONS = ApiKey.ADD_PARTITIONS_TO_TXN
+    ADD_OFFSETS = ApiKey.ADD_OFFSETS_TO_TXN
+    OFFSETS = ApiKey.TXN_OFFSET_COMMIT
+    END_TXN = ApiKey.END_TXN
+
+
+REGISTRATION = frozenset({Step.ADD_PARTITIONS, Step.ADD_OFFSETS, Step.OFFSETS})
+"""Steps that must all be settled before EndTxn."""
+
+WAIT_OF: Mapping[Step, Wait] = {
+    Step.FIND: Wait.COORDINATOR, Step.INIT: Wait.PRODUCER_ID,
+    Step.ADD_PARTITIONS: Wait.REGISTRATION, Step.ADD_OFFSETS: Wait.REGISTRATION,
+    Step.OFFSETS: Wait.OFFSETS, Step.END_TXN: Wait.END_TXN,
+}
+
+
+@dataclass(eq=False)
+class Job:
+    """One coordinator request to get answered, re-sent until it is."""
+
+    step: Step
+    destination: Destination
+    key: str = ""  # the coordinator's key (transactional id or group id)
+    target: Destination = Destination.TXN_COORDINATOR  # FIND: which coordinator it looks up
+    partitions: frozenset[TopicPartition] = frozenset()
+    group: GroupMetadata | None = None
+    offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
+    bump: bool = False  # INIT: the KIP-360 form
+    committed: bool = False  # END_TXN: commit or abort
+    waiter: Completion | None = None
+    not_before: float = 0.0
+    attempts: int = 0
+    request: Any = None  # in flight when set
+    sent_as: ProducerIdentity = NO_IDENTITY
+    maybe_applied: bool = False  # a request of it was lost: the broker may have acted
+    done: bool = False

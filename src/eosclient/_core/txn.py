@@ -1,0 +1,469 @@
+"""The transactional producer's state machine, sans-IO: calls and responses in, requests out.
+
+Theory of operation
+-------------------
+A transactional producer holds one identity, ``(producer id, epoch)``, handed out by the
+transaction coordinator (InitProducerId), and walks one table of states
+(:data:`TRANSACTIONAL_TABLE`, drawn in ``docs/producer-states.md``). Every change of state passes
+through :meth:`TransactionCore._transition`, named by its cause: ``CALL_*`` when the application
+asked, ``RECV_*`` when a broker answered. A call the table lacks raises
+:class:`~eosclient.errors.IllegalStateError` and changes nothing; a broker event the table lacks
+is a protocol violation and goes to FATAL. Around the table sits the conversation with the
+coordinators: :meth:`~TransactionCore.poll` hands out :class:`SendRequest` values (kafka-python
+request objects, no version set, each tagged with where it goes and the earliest time to send
+it), and :meth:`~TransactionCore.on_response` takes the answers back. Error codes are classified
+only by :func:`eosclient.errors.error_for`; this module decides what each *kind* does here.
+
+The KIPs followed:
+
+* **KIP-98** (transactions). FindCoordinator(transactional id) then InitProducerId; per
+  transaction AddPartitionsToTxn before the first Produce to a partition, AddOffsetsToTxn before
+  TxnOffsetCommit, EndTxn last, and only once every registration and every batch is settled.
+* **KIP-609-style pre-registration** (client side here; the KIP never shipped). ``begin`` with
+  partitions and/or a group emits one AddPartitionsToTxn and one AddOffsetsToTxn at once, without
+  waiting; a partition may be produced to once its registration succeeded
+  (:meth:`~TransactionCore.partition_ready`). Undeclared partitions and groups fail locally.
+  Without a declaration partitions are registered lazily, all new ones of a drain in one request,
+  one request at a time (Java's behaviour). CONCURRENT_TRANSACTIONS (51) means the previous
+  transaction is still writing markers: retried after 20 ms, doubling (Java: KAFKA-5482).
+* **KIP-447**. TxnOffsetCommit carries the consumer's generation, member id and instance id, so
+  the group coordinator can fence a zombie consumer.
+* **KIP-360** (recovering a broken sequence). An :class:`~eosclient.errors.EpochBumpRequiredError`
+  (Produce 45, 59, every Produce rejection the errors table marks so, a batch expired with its
+  outcome unknown) makes the transaction abortable with :attr:`Recovery.BUMP_EPOCH`; nothing is
+  bumped yet. ``abort`` then fails the unsent batches (:class:`FailUnsent`), waits for the
+  in-flight ones, sends EndTxn(abort), then InitProducerId(id, producer id, epoch). A broker that
+  rejects that form (Tansu: -1; UNSUPPORTED_VERSION 35; UNKNOWN_PRODUCER_ID 59, as the errors table
+  notes) gets the plain InitProducerId(id) instead, and every later bump goes plain at once. Only
+  then READY, with a new identity and :class:`SequencesReset`. The producer stays ABORTING during
+  the bump, so ``abort`` again resumes it.
+* **KIP-588**. INVALID_PRODUCER_EPOCH (47) on Produce is abortable-with-bump (the coordinator may
+  have aborted on timeout); on the coordinator APIs it is fenced, like PRODUCER_FENCED (90).
+* **KIP-890**. TRANSACTION_ABORTABLE (120) is abortable. This client does not use transaction
+  version 2 (the bump inside EndTxn); the broker's part-1 verification is what finally closes
+  the KAFKA-14053 window below.
+
+Generations
+-----------
+Every transaction gets a generation number (:attr:`TransactionCore.generation`, +1 at ``begin``).
+``send`` returns it; the accumulator tags each batch with it and drains a batch only when
+:meth:`~TransactionCore.may_drain` agrees, which needs the batch's generation to be the current
+one. Abort emits ``FailUnsent(generation)``. So a record of a failed transaction can never be
+drained into the next one (kafka-python 3.0.12 does exactly that after a KIP-360 bump).
+
+Decisions
+---------
+* **KAFKA-14053.** A batch still in flight when EndTxn(abort) is written can land *after* the
+  abort marker with the same epoch, where a later commit marker could commit it. So EndTxn, for
+  abort as for commit, waits until the facade reports no incomplete batch: unsent ones failed,
+  in-flight ones answered, or their connection closed. A batch whose answer can never come
+  (request timeout, cut connection) must be reported with
+  :meth:`~TransactionCore.on_batch_expired` only after the I/O layer closed that connection; it
+  makes the abort bump the epoch and delays EndTxn(abort) by ``unknown_outcome_grace_ms``, so a
+  request the broker had already read is appended before the marker. That narrows, but on a
+  broker without KIP-890 verification cannot close, the window. The alternative of Java's
+  proposal for KAFKA-14053 (skip EndTxn, plain fencing InitProducerId, whose abort marker carries
+  a new epoch) was not taken: the plain form cannot tell a zombie from the owner and would take
+  the transactional.id back from a successor. (Re-initialising, ``init`` in COMMITTING or
+  ABORTING, is that fencing path when the application chooses it.)
+* **Unknown outcome.** EndTxn that timed out or lost its connection leaves the state COMMITTING
+  or ABORTING with :attr:`Ending.outcome` UNKNOWN; the same EndTxn is re-sent (after finding the
+  coordinator again), since the coordinator answers a repeated EndTxn as a success. ``commit``
+  again resumes a commit, ``abort`` again an abort; the other one is refused (an unconfirmed
+  commit may only be retried as a commit), and so is ``begin``, until the outcome is settled or
+  ``init`` re-initialises (a new epoch: the coordinator completes or aborts whatever was open).
+* **Timeouts.** A blocking call returns a :class:`Completion`; when ``now`` passes its deadline
+  it fails with :class:`~eosclient.errors.KafkaTimeoutError` while the work goes on (as in Java).
+  If the work then succeeds, the same call made again returns that success at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from eosclient._core._txn_engine import DRAINING, TxnEngine, input_for
+from eosclient._core._txn_table import (
+    IDEMPOTENT_TABLE,
+    TRANSACTIONAL_TABLE,
+    Input,
+    State,
+    Transition,
+    mermaid_diagram,
+)
+from eosclient._core._txn_values import (
+    Completion,
+    Destination,
+    Ending,
+    EndOutcome,
+    FailUnsent,
+    Job,
+    Output,
+    Recovery,
+    SendRequest,
+    SequencesReset,
+    Step,
+    Wait,
+)
+from eosclient._core._txn_wire import GroupMetadata, Node
+from eosclient._core.types import NO_IDENTITY, ProducerIdentity, TopicPartition
+from eosclient.errors import (
+    ApiKey,
+    EosError,
+    EpochBumpRequiredError,
+    InvalidGroupIdError,
+    RetriableError,
+    UnknownPartitionError,
+    UsageError,
+)
+
+__all__ = [
+    "IDEMPOTENT_TABLE",
+    "NO_IDENTITY",
+    "TRANSACTIONAL_TABLE",
+    "Completion",
+    "Destination",
+    "EndOutcome",
+    "Ending",
+    "FailUnsent",
+    "GroupMetadata",
+    "Input",
+    "Node",
+    "Output",
+    "ProducerIdentity",
+    "Recovery",
+    "SendRequest",
+    "SequencesReset",
+    "State",
+    "TopicPartition",
+    "TransactionCore",
+    "Transition",
+    "Wait",
+    "mermaid_diagram",
+]
+
+
+class TransactionCore(TxnEngine):
+    """The transactional (or idempotent) producer's protocol state, without I/O.
+
+    Args:
+        transactional_id: The transactional.id; None for an idempotent producer, whose table
+            (:data:`IDEMPOTENT_TABLE`) has no transactions.
+        transaction_timeout_ms: Sent in InitProducerId.
+        retry_backoff_ms: Wait before the first retry of a coordinator request; doubled per
+            attempt up to ``retry_backoff_max_ms``.
+        retry_backoff_max_ms: The cap on a retry's wait.
+        unknown_outcome_grace_ms: How long EndTxn(abort) waits after a batch expired with its
+            outcome unknown (KAFKA-14053, see the module docstring).
+        history_size: How many transitions :attr:`history` keeps.
+
+    Driving it: make the application's call; then :meth:`poll` and act on every output (send a
+    :class:`SendRequest` to its node, not before ``not_before``; pass :class:`FailUnsent` to the
+    accumulator's ``fail_generation`` and :class:`SequencesReset` to its ``reset_identity``);
+    feed each answer to :meth:`on_response` (or :meth:`on_request_failed`) and each failed batch
+    to :meth:`on_produce_error` (or :meth:`on_batch_expired`); poll again after every answer and
+    at :meth:`next_timer` at the latest. A blocking call has returned when its
+    :class:`Completion` is done. ``now`` is monotonic seconds; deadlines use the same clock.
+    """
+
+    # -- what the facade reads ------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        """The current state."""
+        return self._machine.state
+
+    @property
+    def transactional(self) -> bool:
+        """False for an idempotent-only producer (no transactional_id)."""
+        return self.transactional_id is not None
+
+    @property
+    def history(self) -> tuple[Transition, ...]:
+        """The latest transitions, oldest first (``CALL_SEND`` is checked, never recorded)."""
+        return tuple(self._machine.history)
+
+    @property
+    def recovery(self) -> Recovery | None:
+        """How the failed transaction will be aborted; None outside ABORTABLE_ERROR/ABORTING."""
+        abortable = self.state in (State.ABORTABLE_ERROR, State.ABORTING)
+        return self._recovery if abortable else None
+
+    @property
+    def ending(self) -> Ending | None:
+        """The EndTxn being worked on (commit or abort, outcome pending or unknown), if any."""
+        return self._ending
+
+    @property
+    def error(self) -> EosError | None:
+        """The error that put the producer in ABORTABLE_ERROR, FENCED or FATAL."""
+        return self._error
+
+    def waiting_for(self) -> frozenset[Wait]:
+        """What the producer waits for before it can move on."""
+        return frozenset(self._waits())
+
+    def next_timer(self) -> float | None:
+        """When :meth:`poll` must run even if nothing arrives (the nearest deadline)."""
+        return min((w.deadline for w in self._waiters if not w.done), default=None)
+
+    def partition_ready(self, tp: TopicPartition) -> bool:
+        """Whether batches for ``tp`` may be sent now (registered in the open transaction)."""
+        if not self.transactional:
+            return self._machine.state is State.READY
+        return self._machine.state in DRAINING and tp in self._registered
+
+    def may_drain(self, tp: TopicPartition, generation: int) -> bool:
+        """Whether a batch tagged ``generation`` may be drained for ``tp`` now.
+
+        A batch of an earlier generation never may: a record of a failed transaction is never
+        drained into a later one (KIP-360).
+        """
+        return generation == self.generation and self.partition_ready(tp)
+
+    # -- application calls ----------------------------------------------------------------
+
+    def init(self, now: float, deadline: float) -> Completion:
+        """CALL_INIT: get a producer id, resume an init that timed out, or re-initialise.
+
+        From COMMITTING or ABORTING this abandons the transaction (its unsent batches are
+        failed) and asks for a new epoch; the coordinator completes or aborts what was open.
+
+        Raises:
+            IllegalStateError: not allowed in this state; nothing changed.
+            FencedError: the producer was fenced (FatalError likewise); nothing changed.
+        """
+        if (done := self._claim(Input.CALL_INIT)) is not None:
+            return done
+        self._call(Input.CALL_INIT, "init_transactions()", now)
+        return self._wait(Input.CALL_INIT, deadline)
+
+    def begin(
+        self,
+        now: float,
+        *,
+        partitions: Iterable[TopicPartition] | None = None,
+        group_id: str | None = None,
+    ) -> None:
+        """CALL_BEGIN: open a transaction; never waits.
+
+        Args:
+            now: The current time.
+            partitions: Pre-register these (one AddPartitionsToTxn, sent at once); ``send`` to
+                any other partition then raises UnknownPartitionError.
+            group_id: Pre-register this group (AddOffsetsToTxn, sent at once);
+                ``send_offsets`` for another group then raises InvalidGroupIdError.
+
+        Raises:
+            IllegalStateError: no transactional_id, or not READY (e.g. an EndTxn outcome is
+                still unknown); nothing changed.
+            AbortableError: the open transaction failed and must be aborted; nothing changed.
+            InvalidGroupIdError: ``group_id`` is empty; nothing changed.
+        """
+        declared = None
+        if partitions is not None:
+            declared = frozenset(TopicPartition(*tp) for tp in partitions)
+        if group_id is not None and not group_id:
+            raise InvalidGroupIdError("group_id must be a non-empty string")
+        self._call(Input.CALL_BEGIN, "begin_transaction()", now)
+        self._unclaimed = None
+        self.generation += 1
+        self._reset_transaction()
+        self._declared, self._declared_group = declared, group_id
+        if declared:
+            self._add_partitions_job(declared, now)
+        if group_id is not None:
+            self._register_group(group_id, now)
+
+    def send(self, tp: TopicPartition) -> int:
+        """CALL_SEND: check that a record may be queued for ``tp``; return its generation.
+
+        Without declared partitions an unregistered ``tp`` is registered lazily: the next
+        :meth:`poll` asks for every such partition in one AddPartitionsToTxn.
+
+        Raises:
+            UnknownPartitionError: ``tp`` was not declared at ``begin``; nothing changed.
+            IllegalStateError: no transaction is open; nothing changed.
+            AbortableError: the transaction failed (Fenced/FatalError likewise); nothing changed.
+        """
+        if tp in self._registered and self._machine.state is State.IN_TRANSACTION:
+            return self.generation  # the hot path: one set lookup
+        self._check(Input.CALL_SEND)
+        if self._declared is not None:
+            if tp not in self._declared:
+                raise UnknownPartitionError(
+                    f"send() to {tp.topic}[{tp.partition}], which begin_transaction(partitions="
+                    "...) did not declare; nothing was queued"
+                )
+        elif self.transactional and tp not in self._registered and tp not in self._adding:
+            self._pending.add(tp)
+        return self.generation
+
+    def add_partitions(self, tps: Iterable[TopicPartition]) -> None:
+        """:meth:`send`'s checks and lazy registration for many partitions (the bulk path)."""
+        for tp in tps:
+            self.send(tp)
+
+    def send_offsets(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group: GroupMetadata | str,
+        now: float,
+        deadline: float,
+    ) -> Completion:
+        """CALL_SEND_OFFSETS: commit consumer offsets inside the transaction (KIP-447).
+
+        AddOffsetsToTxn first unless the group was registered, then TxnOffsetCommit to the
+        group coordinator. Commit waits for it; waiting on the completion is optional.
+
+        Raises:
+            InvalidGroupIdError: another group was declared at ``begin``; nothing changed.
+            IllegalStateError: no transaction is open; nothing changed.
+            AbortableError: the transaction failed (Fenced/FatalError likewise); nothing changed.
+        """
+        meta = group if isinstance(group, GroupMetadata) else GroupMetadata(group)
+        self._check(Input.CALL_SEND_OFFSETS)
+        if self._declared_group is not None and meta.group_id != self._declared_group:
+            raise InvalidGroupIdError(
+                f"send_offsets_to_transaction() for group {meta.group_id!r}, but "
+                f"begin_transaction() declared {self._declared_group!r}; nothing was sent"
+            )
+        self._call(Input.CALL_SEND_OFFSETS, f"offsets of group {meta.group_id!r}", now)
+        waiter = self._wait(Input.CALL_SEND_OFFSETS, deadline)
+        if not offsets:
+            waiter._finish(None)
+            return waiter
+        self._register_group(meta.group_id, now)
+        self._conv.add(Job(Step.OFFSETS, Destination.GROUP_COORDINATOR, key=meta.group_id,
+                           group=meta, offsets=dict(offsets), waiter=waiter, not_before=now))
+        return waiter
+
+    def commit(self, now: float, deadline: float) -> Completion:
+        """CALL_COMMIT: end the transaction with EndTxn(commit), or resume that.
+
+        EndTxn goes out once every registration is answered and the facade reports no
+        incomplete batch. If its outcome is lost, the same EndTxn is sent again.
+
+        Raises:
+            AbortableError: the transaction failed: abort it; nothing changed.
+            IllegalStateError: not in a transaction, or aborting; nothing changed.
+            FencedError: the producer was fenced (FatalError likewise); nothing changed.
+        """
+        if (done := self._claim(Input.CALL_COMMIT)) is not None:
+            return done
+        self._call(Input.CALL_COMMIT, "commit_transaction()", now)
+        return self._wait(Input.CALL_COMMIT, deadline)
+
+    def abort(self, now: float, deadline: float) -> Completion:
+        """CALL_ABORT: fail the unsent batches, EndTxn(abort), and bump if KIP-360 asks.
+
+        Raises:
+            IllegalStateError: not in a transaction, or committing (an unconfirmed commit may
+                only be retried as a commit); nothing changed.
+            FencedError: the producer was fenced (FatalError likewise); nothing changed.
+        """
+        if (done := self._claim(Input.CALL_ABORT)) is not None:
+            return done
+        self._call(Input.CALL_ABORT, "abort_transaction()", now)
+        return self._wait(Input.CALL_ABORT, deadline)
+
+    def close(self) -> None:
+        """CALL_CLOSE: stop; pending calls fail, unsent batches are failed. Idempotent."""
+        self._unclaimed = None
+        self._call(Input.CALL_CLOSE, "close()", 0.0)
+
+    # -- the conversation -----------------------------------------------------------------
+
+    def poll(self, now: float, *, incomplete_batches: bool) -> list[Output]:
+        """Advance timers and the conversation; return what the facade must do, oldest first.
+
+        Args:
+            now: The current time.
+            incomplete_batches: Whether any batch of the open transaction is unsent or awaiting
+                its answer (Java's ``accumulator.hasIncomplete()``); EndTxn waits while it is.
+
+        Returns:
+            SendRequest, FailUnsent and SequencesReset values. Call again after every response.
+        """
+        self._expire(now)
+        self._incomplete = incomplete_batches
+        if self._machine.state in DRAINING and self._pending and not self._adding:
+            self._add_partitions_job(frozenset(self._pending), now)
+            self._pending.clear()
+        if self._machine.state in (State.COMMITTING, State.ABORTING):
+            self._maybe_end(now)
+        self._conv.emit(self._build, self.identity, self._ready)
+        return self._conv.take()
+
+    def on_response(self, request: Any, response: Any, now: float) -> None:
+        """Take the answer to a request from :meth:`poll`.
+
+        An answer for abandoned work, or for an identity since replaced, is ignored.
+
+        Raises:
+            ValueError: ``request`` is not in flight here.
+        """
+        job = self._conv.answered(request)
+        if job is None:
+            return
+        if job.step not in (Step.FIND, Step.INIT) and job.sent_as != self.identity:
+            self._conv.finish(job)
+            return
+        self._handle(job, response, now)
+
+    def on_request_failed(self, request: Any, now: float, error: EosError | None = None) -> None:
+        """A request's answer will never come (connection cut, request timeout).
+
+        Coordinator requests are sent again after the coordinator is looked up again; a lost
+        EndTxn makes its outcome UNKNOWN until a repeat is answered.
+
+        Raises:
+            ValueError: ``request`` is not in flight here.
+        """
+        job = self._conv.answered(request)
+        if job is None:
+            return
+        if job.step is Step.END_TXN:
+            self._ending = Ending(job.committed, EndOutcome.UNKNOWN)
+            self._transition(Input.RECV_END_TXN_UNKNOWN, str(error or "EndTxn answer lost"),
+                             now=now)
+        self._conv.retry(job, now, lost=True, error=error)
+
+    def on_produce_error(
+        self, error: EosError, identity: ProducerIdentity, generation: int, now: float
+    ) -> None:
+        """A batch failed for good with ``error`` (from ``errors.error_for(PRODUCE, code)``).
+
+        Ignored for an old identity or a transaction already over. A retriable error here means
+        the sender gave up: the batch's outcome is unknown, as in :meth:`on_batch_expired`.
+
+        Raises:
+            ValueError: ``error`` is a UsageError, not a broker's answer.
+        """
+        if isinstance(error, UsageError):
+            raise ValueError(f"not a broker error: {error!r}")
+        if isinstance(error, RetriableError):
+            self.on_batch_expired(identity, generation, now, cause=error)
+        elif self._current(identity, generation):
+            self._transition(input_for(error), str(error), error=error, now=now)
+
+    def on_batch_expired(
+        self,
+        identity: ProducerIdentity,
+        generation: int,
+        now: float,
+        cause: EosError | None = None,
+    ) -> None:
+        """A batch expired with its outcome unknown; report it only once its connection closed.
+
+        KIP-360: the abort will bump the epoch; KAFKA-14053: EndTxn(abort) waits the grace.
+        """
+        if not self._current(identity, generation):
+            return
+        self._quiet_until = max(self._quiet_until, now + self._grace)
+        error = EpochBumpRequiredError(
+            "a batch expired with its outcome unknown; the abort bumps the epoch (KIP-360)",
+            api=ApiKey.PRODUCE,
+        )
+        error.__cause__ = cause
+        self._transition(Input.RECV_BUMP_REQUIRED, str(error), error=error, now=now)
