@@ -1,0 +1,58 @@
+"""Layers import downward only: wire codec -> sans-IO core -> I/O -> public facades.
+
+An upward import would let socket or thread code leak into the sans-IO core, whose whole point is
+that it can be tested by feeding responses in and reading requests out.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "eosclient"
+
+# For each internal package, the eosclient modules it must not import, and stdlib modules that
+# would mean I/O, threads or clocks inside a layer that must have none.
+FORBIDDEN: dict[str, tuple[set[str], set[str]]] = {
+    "_core": ({"eosclient._net", "eosclient.producer", "eosclient.consumer", "eosclient.testing"},
+              {"socket", "selectors", "threading", "asyncio", "time", "ssl"}),
+    "_protocol": ({"eosclient._core", "eosclient._net", "eosclient.producer", "eosclient.testing"},
+                  {"socket", "selectors", "threading", "asyncio", "ssl"}),
+    "_net": ({"eosclient.producer", "eosclient.consumer", "eosclient.testing"}, set()),
+}
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def _modules(layer: str) -> list[Path]:
+    return sorted((PACKAGE / layer).rglob("*.py"))
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_layer_imports_only_downward(layer: str) -> None:
+    banned_internal, banned_stdlib = FORBIDDEN[layer]
+    offences = []
+    for path in _modules(layer):
+        for name in _imports(path):
+            top = name.split(".")[0]
+            if top in banned_stdlib or any(name == b or name.startswith(b + ".")
+                                           for b in banned_internal):
+                offences.append(f"{path.relative_to(PACKAGE)} imports {name}")
+    assert not offences, "\n".join(offences)
+
+
+def test_errors_module_depends_on_nothing_above_it() -> None:
+    allowed = {"eosclient._error_table"}
+    for path in (PACKAGE / "errors.py", PACKAGE / "_error_table.py"):
+        internal = {n for n in _imports(path) if n.startswith("eosclient")}
+        assert internal <= allowed, (path.name, internal - allowed)
