@@ -71,7 +71,8 @@ The exception tree
     ├── FatalError                      misconfiguration / protocol violation -> close, fix config
     │   ├── ProtocolError               the peer broke the protocol (bad frame, correlation id)
     │   ├── UnsupportedVersionError     no API version both sides speak
-    │   └── OffsetOutOfRangeError       the fetch position is gone and auto.offset.reset is none
+    │   ├── OffsetOutOfRangeError       the fetch position is gone and auto.offset.reset is none
+    │   └── CorruptRecordError          a fetched record batch failed its CRC-32C or its parse
     └── UsageError                      the application misused the API; nothing changed
         ├── ConfigError                 bad setting (.key names it; also ValueError)
         ├── UnknownPartitionError       send() to a partition not declared at begin (ValueError)
@@ -96,6 +97,7 @@ __all__ = [
     "AbortableError",
     "ApiKey",
     "ConfigError",
+    "CorruptRecordError",
     "EosError",
     "EpochBumpRequiredError",
     "FatalError",
@@ -207,6 +209,25 @@ class OffsetOutOfRangeError(FatalError):
     The consumer handles it by resetting per ``auto.offset.reset`` and raises it only when that
     is ``none``: then the application chose to decide, and must seek before polling again.
     """
+
+
+class CorruptRecordError(FatalError):
+    """A fetched record batch failed its CRC-32C check or could not be parsed.
+
+    Never skipped: a consumer that stepped over it could lose committed records or deliver a
+    batch whose transaction markers it misread. Raised locally, with ``api`` set to Fetch.
+
+    Attributes:
+        topic: The partition's topic.
+        partition: The partition's number.
+        offset: The base offset of the batch (as read; it is not covered by the CRC).
+    """
+
+    def __init__(self, message: str, *, topic: str, partition: int, offset: int) -> None:
+        super().__init__(f"{topic}-{partition} at offset {offset}: {message}", api=ApiKey.FETCH)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
 
 
 class UsageError(EosError):

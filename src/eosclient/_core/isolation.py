@@ -1,0 +1,330 @@
+"""read_committed as a pure filter: decoded batches of one partition in, committed records out.
+
+Theory of operation
+-------------------
+KIP-98 gives a read_committed reader three facts. The *last stable offset* (LSO): every
+transaction with data below it has ended, and nothing at or past it may be delivered. The
+*control batches* in the log: one ABORT or COMMIT marker per producer per transaction, after the
+transaction's data. And the broker's *aborted-transactions index*, sent with each Fetch response:
+``(producer id, first offset)`` for every aborted transaction overlapping the fetched range.
+
+Kafka's own clients (Java's ``CompletedFetch``, librdkafka, franz-go) trust the index alone: a
+transactional batch whose producer is listed as aborted from an offset at or below the batch is
+dropped until that producer's ABORT marker; everything else below the LSO is delivered at once.
+A broker that sends no index (Tansu) makes them deliver aborted records. So this filter starts
+by trusting only the markers:
+
+* **Marker mode.** A producer's transactional batches are held until its marker: COMMIT releases
+  them, ABORT drops them. Right on every broker; the cost is latency and memory, since a
+  marker can lie past the LSO while another producer's transaction is open, and until then the
+  held records wait.
+* **Index mode.** Once a broker has *proved* its index (an ABORT marker arrived for a producer
+  that the index had listed as aborted) the filter also follows the index, as Kafka's clients
+  do: below the LSO a producer not listed as aborted has committed, so its batches are released
+  without waiting for the marker. The proof is kept in an :class:`IndexTrust`, which the
+  consumer shares between the partitions one broker leads. If the markers ever contradict the
+  index (a COMMIT for a producer it listed, an ABORT for one it did not), the trust is revoked,
+  counted in ``IndexTrust.violations``, and the filter goes back to marker mode (the records
+  already released on the index's word cannot be taken back; a proven broker never did this in
+  the tests).
+
+Two index entries are not taken at their word, even in index mode. One whose producer's marker
+this filter has already read after its first offset is stale (a duplicate, or noida-db, which
+lists every abort the partition ever had): it is ignored, else it would drop the producer's next
+transaction. And one whose first offset is before the filter's start (a seek, a rewind) cannot
+be dated by any marker read here: Kafka lists such a transaction because it is still running at
+the fetch offset, noida-db lists it even if it ended long before. Its producer waits for its
+marker. Index-only clients drop that producer's next committed transaction on noida-db.
+
+**Order.** Records are delivered in offset order, as Kafka delivers them: a held batch blocks
+every later batch of the partition, whoever wrote it, until it is resolved. Delivering a later
+committed record first would let a consumer commit an offset past records it has not yet seen.
+
+**Positions.** ``fetch_offset`` is where the next Fetch starts: past every batch taken in.
+``position`` is the offset of the next record the application would see: the first held
+batch's, or ``fetch_offset`` when nothing is held. It moves past control batches and aborted
+data, and it is the offset to commit: a restart from it re-reads whatever was held. Batches at or
+past the LSO are not taken in; ``fetch_offset`` stops before them and they are fetched again.
+
+**Memory.** ``held_bytes`` and ``held_records`` say what waits for a marker. Pausing the
+partition when that grows would deadlock (the marker that frees the data is in the part not yet
+fetched), so past ``max_held_bytes`` the filter *scans* instead: it keeps what it holds, drops
+every new data batch, and reads on only for the markers of the producers it holds. When all of
+them are resolved it rewinds ``fetch_offset`` to the first dropped batch, which is fetched again.
+Memory stays bounded by ``max_held_bytes`` plus one batch; the dropped range is fetched twice.
+
+read_uncommitted delivers every record of every non-control batch and ignores the rest.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Iterable
+from typing import Final, Protocol
+
+from eosclient._core.decode import ControlType, Record, RecordBatch
+from eosclient._core.types import TopicPartition
+
+__all__ = [
+    "DEFAULT_MAX_HELD_BYTES",
+    "AbortedTransaction",
+    "IndexTrust",
+    "Isolation",
+    "PartitionFilter",
+]
+
+DEFAULT_MAX_HELD_BYTES: Final = 32 * 1024 * 1024
+"""Bytes of held batches past which a filter scans for markers instead of holding more."""
+
+_UNKNOWN, _COMMITTED, _ABORTED = 0, 1, 2
+
+
+class Isolation(enum.IntEnum):
+    """The Fetch request's ``isolation_level``."""
+
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
+
+
+class AbortedTransaction(Protocol):
+    """One entry of a Fetch response's ``aborted_transactions`` (kafka-python's shape)."""
+
+    @property
+    def producer_id(self) -> int: ...
+
+    @property
+    def first_offset(self) -> int: ...
+
+
+class IndexTrust:
+    """Whether one broker's aborted-transactions index has proved itself; shared per broker.
+
+    Attributes:
+        proven: An ABORT marker confirmed an abort the index listed, and nothing contradicted it.
+        violations: How often the markers contradicted the index (each one revokes ``proven``).
+    """
+
+    __slots__ = ("proven", "violations")
+
+    def __init__(self) -> None:
+        self.proven = False
+        self.violations = 0
+
+
+class _Held:
+    __slots__ = ("batch", "min_offset", "outcome")
+
+    def __init__(self, batch: RecordBatch, outcome: int, min_offset: int) -> None:
+        self.batch = batch
+        self.outcome = outcome
+        self.min_offset = min_offset
+
+
+class PartitionFilter:
+    """The read_committed (or read_uncommitted) filter of one partition. No I/O.
+
+    Args:
+        tp: The partition.
+        isolation: read_committed (the default) or read_uncommitted.
+        start: The offset the first Fetch starts at.
+        max_held_bytes: Past this many bytes held for markers, scan instead of holding more.
+        trust: The broker's :class:`IndexTrust`, shared by its partitions; a new one if None.
+    """
+
+    def __init__(self, tp: TopicPartition, *, isolation: Isolation = Isolation.READ_COMMITTED,
+                 start: int = 0, max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
+                 trust: IndexTrust | None = None) -> None:
+        self.tp = tp
+        self.isolation = isolation
+        self.max_held_bytes = max_held_bytes
+        self.trust = trust if trust is not None else IndexTrust()
+        self.seek(start)
+
+    @property
+    def fetch_offset(self) -> int:
+        """Where the next Fetch starts."""
+        return self._fetch_offset
+
+    @property
+    def position(self) -> int:
+        """The offset of the next record to deliver; the offset to commit."""
+        return self._queue[0].min_offset if self._queue else self._fetch_offset
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of batches taken in and not yet delivered or dropped."""
+        return self._held_bytes
+
+    @property
+    def held_records(self) -> int:
+        """Records (markers excluded) taken in and not yet delivered or dropped."""
+        return self._held_records
+
+    @property
+    def scanning(self) -> bool:
+        """Whether the filter holds ``max_held_bytes`` and only reads on for markers."""
+        return self._scan_from is not None
+
+    def seek(self, offset: int) -> None:
+        """Forget everything held and start again at ``offset`` (the trust is kept)."""
+        self._fetch_offset = offset
+        self._queue: deque[_Held] = deque()
+        self._open: dict[int, list[_Held]] = {}  # producer id -> its held, unresolved batches
+        self._held_bytes = self._held_records = 0
+        self._scan_from: int | None = None
+        self._since = offset  # markers before it were never read by this filter
+        self._aborted: set[int] = set()  # producers the index lists as aborted, until the marker
+        self._uncertain: set[int] = set()  # listed from before _since (module docstring)
+        self._released: set[int] = set()  # producers released by the index, until the marker
+        self._last_marker: dict[int, int] = {}  # producer id -> offset of its latest marker
+        self._index: list[tuple[int, int]] = []  # this response's (first offset, producer id)
+        self._index_pos = 0
+
+    def feed(self, batches: Iterable[RecordBatch], *, last_stable_offset: int | None = None,
+             aborted_transactions: Iterable[AbortedTransaction] | None = None) -> list[Record]:
+        """Take in one Fetch response's batches for this partition; return what may be delivered.
+
+        Args:
+            batches: The decoded batches, in offset order.
+            last_stable_offset: The response's LSO; None or negative if unknown (then nothing is
+                released on the index's word). Ignored by read_uncommitted.
+            aborted_transactions: The response's index, in any order; None or empty if absent.
+
+        Returns:
+            The records now known committed (all records for read_uncommitted), in offset order.
+
+        Raises:
+            CorruptRecordError: a batch's records do not parse. The filter has taken in part of
+                the response; seek before feeding it again.
+        """
+        if self.isolation is Isolation.READ_UNCOMMITTED:
+            return self._feed_uncommitted(batches)
+        known = last_stable_offset is not None and last_stable_offset >= 0
+        lso = last_stable_offset if last_stable_offset is not None and known else 1 << 63
+        self._index = sorted((a.first_offset, a.producer_id) for a in aborted_transactions or ())
+        self._index_pos = 0
+        use_index = known and self.trust.proven
+        out: list[Record] = []
+        for batch in batches:
+            if batch.last_offset < self._fetch_offset:
+                continue  # already taken in (a response overlapping the last one)
+            if batch.last_offset >= lso:
+                break  # KIP-98: nothing at or past the LSO; fetched again once it moves
+            start, self._fetch_offset = self._fetch_offset, batch.last_offset + 1
+            if self._scan_from is not None:
+                if self._scan(batch, out):
+                    break  # rewound: the rest of this response is fetched again
+            elif batch.is_control:
+                self._take_index(batch.last_offset)
+                self._on_marker(batch, out)
+            else:
+                self._take_index(batch.last_offset)
+                self._on_data(batch, self._classify(batch, use_index), start, out)
+        return out
+
+    # -- read_committed ----------------------------------------------------------------------
+
+    def _take_index(self, offset: int) -> None:
+        """Mark producers whose listed aborted transaction has begun by ``offset`` (Java's
+        ``consumeAbortedTransactionsUpTo``)."""
+        index, pos = self._index, self._index_pos
+        while pos < len(index) and index[pos][0] <= offset:
+            first, pid = index[pos]
+            pos += 1
+            if self._last_marker.get(pid, -1) >= first:
+                continue  # its marker was read here: a stale or duplicate entry, ignored
+            if first < self._since:
+                # Begun before this filter started reading, so no marker of ours can date it:
+                # Kafka lists only transactions that reach the fetch offset, noida-db lists every
+                # abort ever (even ones that ended long before). Such a producer waits for its
+                # marker; trusting the entry would drop its committed data.
+                self._uncertain.add(pid)
+            else:
+                self._aborted.add(pid)
+        self._index_pos = pos
+
+    def _classify(self, batch: RecordBatch, use_index: bool) -> int:
+        if not batch.is_transactional:
+            return _COMMITTED
+        if not use_index:
+            return _UNKNOWN
+        pid = batch.producer_id
+        if pid in self._aborted:
+            return _ABORTED
+        if pid in self._uncertain:
+            return _UNKNOWN
+        self._released.add(pid)  # below the LSO and not listed: committed, on the index's word
+        return _COMMITTED
+
+    def _on_data(self, batch: RecordBatch, outcome: int, start: int, out: list[Record]) -> None:
+        if outcome == _ABORTED:
+            return  # dropping it changes no order: nothing to hold
+        if not self._queue:
+            if outcome == _COMMITTED:  # nothing ahead of it: deliver at once
+                out += batch.records(start)
+                return
+        elif self._held_bytes + batch.size_in_bytes > self.max_held_bytes:
+            self._scan_from = start  # bound memory: drop it, read on for markers, rewind later
+            return
+        held = _Held(batch, outcome, start)
+        batch.detach()
+        self._queue.append(held)
+        self._held_bytes += batch.size_in_bytes
+        self._held_records += batch.record_count
+        if outcome == _UNKNOWN:
+            self._open.setdefault(batch.producer_id, []).append(held)
+
+    def _on_marker(self, batch: RecordBatch, out: list[Record]) -> None:
+        kind, pid = batch.control_type, batch.producer_id
+        if kind is None or kind is ControlType.UNKNOWN:
+            return
+        listed, released = pid in self._aborted, pid in self._released
+        if kind is ControlType.ABORT and listed:
+            self.trust.proven = True  # the index listed this abort and the marker confirms it
+        elif (kind is ControlType.COMMIT and listed) or (kind is ControlType.ABORT and released):
+            self.trust.proven = False  # the index contradicts the log: back to markers
+            self.trust.violations += 1
+        self._aborted.discard(pid)
+        self._released.discard(pid)
+        self._uncertain.discard(pid)
+        self._last_marker[pid] = batch.base_offset
+        self._resolve(pid, _ABORTED if kind is ControlType.ABORT else _COMMITTED, out)
+
+    def _resolve(self, pid: int, outcome: int, out: list[Record]) -> None:
+        for held in self._open.pop(pid, ()):
+            held.outcome = outcome
+        queue = self._queue
+        while queue and queue[0].outcome != _UNKNOWN:
+            held = queue.popleft()
+            self._held_bytes -= held.batch.size_in_bytes
+            self._held_records -= held.batch.record_count
+            if held.outcome == _COMMITTED:
+                out += held.batch.records(held.min_offset)
+
+    def _scan(self, batch: RecordBatch, out: list[Record]) -> bool:
+        """One batch read while scanning; True once everything held is resolved and the filter
+        has rewound to the first dropped batch."""
+        kind = batch.control_type
+        if kind is None or kind is ControlType.UNKNOWN or batch.producer_id not in self._open:
+            return False  # data is dropped; other producers' markers are read again later
+        self._resolve(batch.producer_id, _ABORTED if kind is ControlType.ABORT else _COMMITTED,
+                      out)
+        if self._queue:
+            return False
+        rewind_to = self._scan_from
+        assert rewind_to is not None
+        self.seek(rewind_to)  # markers read past it are read again, with the data they end
+        return True
+
+    # -- read_uncommitted --------------------------------------------------------------------
+
+    def _feed_uncommitted(self, batches: Iterable[RecordBatch]) -> list[Record]:
+        out: list[Record] = []
+        for batch in batches:
+            if batch.last_offset < self._fetch_offset:
+                continue
+            start, self._fetch_offset = self._fetch_offset, batch.last_offset + 1
+            if not batch.is_control:
+                out += batch.records(start)
+        return out
