@@ -1,0 +1,264 @@
+"""What the benchmarks need around the clients: topics, a check of what landed, a proxy, a watchdog.
+
+Everything here talks to the broker directly (never through the proxy) with eosclient's
+`BlockingConnection` and kafka-python's generated protocol classes, so the check does not depend
+on the producer it checks. Nothing here is timed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, Final
+
+from kafka.protocol.admin import CreateTopicsRequest
+from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.metadata import ApiVersionsRequest
+from kafka.record import MemoryRecords
+
+from eosclient._net.blocking import BlockingConnection
+
+_FETCH_MAX_BYTES: Final = 64 * 1024 * 1024
+_PARTITION_MAX_BYTES: Final = 16 * 1024 * 1024
+_READ_UNCOMMITTED: Final = 0
+_SETTLE_TIMEOUT: Final = 10.0
+_PROXY_SCRIPT: Final = Path(__file__).with_name("_proxy_process.py")
+
+
+class BenchmarkError(Exception):
+    """A run could not be measured or its result did not check out."""
+
+
+class RunTimeoutError(BenchmarkError):
+    """A run passed its watchdog deadline (a hung client)."""
+
+
+# --- topics -----------------------------------------------------------------------------------
+
+
+def create_topic(host: str, port: int, name: str, partitions: int) -> None:
+    """Create `name` with `partitions` partitions (replication factor 1).
+
+    Raises:
+        BenchmarkError: the broker refused.
+    """
+    topic = CreateTopicsRequest.CreatableTopic(
+        name=name, num_partitions=partitions, replication_factor=1, assignments=[], configs=[]
+    )
+    request = CreateTopicsRequest(topics=[topic], timeout_ms=10_000, validate_only=False)
+    with BlockingConnection(host, port, timeout=10) as conn:
+        [created] = conn.request(request).topics
+    if created.error_code != 0:
+        raise BenchmarkError(f"CreateTopics {name}: error {created.error_code}")
+
+
+# --- what landed ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Landed:
+    """What a topic's log holds, read batch header by batch header up to the high watermark."""
+
+    records: int  # data records in transactional batches
+    untransactional: int  # data records outside any transaction (a transactional run has none)
+    commits: int  # COMMIT control markers (one per partition per transaction)
+    aborts: int  # ABORT control markers
+    high_watermarks: int  # the sum over partitions (data records + markers)
+
+    def problem(self, expected: int, transactions: int, partitions: int) -> str | None:
+        """Say what is wrong for a run of `transactions` committed transactions, or None."""
+        if self.untransactional or self.aborts:
+            return f"{self.untransactional} records outside transactions, {self.aborts} aborts"
+        if self.records != expected:
+            return f"{self.records} records landed, expected {expected}"
+        if not transactions <= self.commits <= transactions * partitions:
+            return f"{self.commits} commit markers for {transactions} transactions"
+        if self.high_watermarks != self.records + self.commits:
+            return f"high watermarks sum to {self.high_watermarks}, log holds more or less"
+        return None
+
+
+def check_landed(
+    host: str, port: int, topic: str, partitions: int, *, expected: int, transactions: int
+) -> Landed:
+    """Wait until `topic` holds `expected` committed records in `transactions` transactions.
+
+    Markers may be written just after EndTxn is answered, so the log is read again until it
+    settles or `_SETTLE_TIMEOUT` passes.
+
+    Raises:
+        BenchmarkError: what landed is not what a correct transactional producer writes.
+    """
+    deadline = time.monotonic() + _SETTLE_TIMEOUT
+    while True:
+        landed = read_log(host, port, topic, partitions)
+        problem = landed.problem(expected, transactions, partitions)
+        if problem is None:
+            return landed
+        if time.monotonic() > deadline:
+            raise BenchmarkError(f"check failed on {topic}: {problem}")
+        time.sleep(0.1)
+
+
+def read_log(host: str, port: int, topic: str, partitions: int) -> Landed:
+    """Walk every batch of `topic` (read_uncommitted) and count what it holds."""
+    counts = [0, 0, 0, 0]  # records, untransactional, commits, aborts
+    high_watermarks = 0
+    with BlockingConnection(host, port, timeout=10) as conn:
+        for partition in range(partitions):
+            high_watermarks += _walk_partition(conn, topic, partition, counts)
+    records, untransactional, commits, aborts = counts
+    return Landed(records, untransactional, commits, aborts, high_watermarks)
+
+
+def _walk_partition(conn: BlockingConnection, topic: str, partition: int, counts: list[int]) -> int:
+    offset, high_watermark = 0, 1
+    while offset < high_watermark:
+        data = _fetch(conn, topic, partition, offset)
+        if data.error_code != 0:
+            raise BenchmarkError(f"Fetch {topic}/{partition}: error {data.error_code}")
+        high_watermark = data.high_watermark
+        next_offset = _count_batches(data.records or b"", counts)
+        if next_offset is None:
+            break  # nothing more to read below the high watermark
+        offset = next_offset
+    return high_watermark
+
+
+def _fetch(conn: BlockingConnection, topic: str, partition: int, offset: int) -> Any:
+    wanted = FetchRequest.FetchTopic.FetchPartition(
+        partition=partition,
+        fetch_offset=offset,
+        log_start_offset=-1,
+        partition_max_bytes=_PARTITION_MAX_BYTES,
+    )
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=_FETCH_MAX_BYTES,
+        isolation_level=_READ_UNCOMMITTED,
+        session_id=0,
+        session_epoch=-1,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[wanted])],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    [answer] = conn.request(request, timeout=30).responses
+    [data] = answer.partitions
+    return data
+
+
+def _count_batches(raw: bytes, counts: list[int]) -> int | None:
+    """Add what the batches in `raw` hold to `counts`; return the offset after the last one."""
+    records = MemoryRecords(raw)
+    next_offset = None
+    while (batch := records.next_batch()) is not None:
+        next_offset = batch.next_offset
+        if batch.is_control_batch:
+            for marker in batch:
+                counts[2 if marker.commit else 3] += 1
+        elif batch.is_transactional:
+            counts[0] += batch.records_count
+        else:
+            counts[1] += batch.records_count
+    return next_offset
+
+
+# --- round trip through the proxy --------------------------------------------------------------
+
+
+def measured_round_trip(host: str, port: int, samples: int = 50) -> float:
+    """Median seconds for one ApiVersions exchange on an open connection to `host:port`."""
+    times = []
+    with BlockingConnection(host, port, timeout=10) as conn:
+        for _ in range(samples):
+            start = time.perf_counter()
+            conn.request(ApiVersionsRequest(client_software_name="bench",
+                                            client_software_version="0"))
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# --- the proxy, in a process of its own --------------------------------------------------------
+
+
+class ProxyProcess:
+    """`KafkaProxy` run in a child process, so its event loop does not share the client's GIL.
+
+    Stopped by closing its stdin (it exits), then SIGKILL to its pid if it lingers.
+    """
+
+    def __init__(self, upstream_host: str, upstream_port: int, latency: float) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, str(_PROXY_SCRIPT), upstream_host, str(upstream_port), str(latency)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            self.port = self._read_port(timeout=15)
+        except BaseException:
+            self.stop()
+            raise
+        self.host = "127.0.0.1"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port`` of the proxy's listener."""
+        return f"{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        """Stop the proxy process; idempotent."""
+        if self._proc.poll() is not None:
+            return
+        assert self._proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._proc.pid, signal.SIGKILL)
+            self._proc.wait(5)
+
+    def _read_port(self, timeout: float) -> int:
+        assert self._proc.stdout is not None
+        ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
+        line = self._proc.stdout.readline() if ready else b""
+        if not line.strip().isdigit():
+            raise BenchmarkError(f"the proxy process did not start (said {line!r})")
+        return int(line)
+
+
+# --- a watchdog for hung clients ----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def watchdog(seconds: float) -> Iterator[None]:
+    """Raise `RunTimeoutError` in the main thread if the block runs longer than `seconds`.
+
+    A client that waits without a deadline would otherwise hang the whole benchmark. The signal
+    interrupts Python-level waits; a wait inside C code ends when that code returns.
+    """
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise RunTimeoutError(f"run took longer than {seconds:.0f} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -1,0 +1,329 @@
+"""The producer benchmark: eosclient beside confluent-kafka and kafka-python, in one run.
+
+Run: ``.venv/bin/python benchmarks/producer.py [--quick] [--repeat 3] [--json out.json]``.
+
+Method
+------
+One noida-db broker is started for the run (``start_broker("noida")``) and stopped at the end.
+Every client is a transactional producer with the same ``linger.ms`` (5 ms by default), acks=all
+and no compression; values are 100 random bytes with no key. Three scenarios:
+
+1. **bulk**: transactions of ``--records`` (10,000) records; records/s over ``--bulk-transactions``
+   transactions, each timed from ``begin_transaction`` to the return of ``commit_transaction``
+   (i.e. commit acknowledged). Records go where each client's partitioner puts them.
+2. **small**: transactions of 1 record, round-robin over the 4 partitions; transactions/s.
+3. **latency**: the same, through `KafkaProxy` adding ``--proxy-latency-ms`` (1 ms) each way;
+   the per-transaction latency (median, p99) in ms and in round trips (RTT = twice that).
+   eosclient runs with pre-registration (``begin_transaction(partitions=[...])``) and without.
+
+Each (scenario, variant, repeat) gets a fresh 4-partition topic and a fresh producer, warmed up
+untimed (``init_transactions`` and one transaction of the same shape). Repeats are interleaved
+(every variant once, then again), so drift in the broker hits all clients alike; throughput is
+the median over repeats, latency pools all timed transactions. After each run the topic's log is
+read batch header by batch header (kafka-python's decoder, straight from the broker): exactly the
+expected records, all in transactional batches, committed, no aborts, and high watermarks that
+add up. A client that drops records, or skips transactions, fails its row instead of looking fast.
+
+Caveats
+-------
+- Two cores are shared by the broker, the client under test and its I/O threads (and, in the
+  latency scenario, the proxy, run in its own process so that it does not hold the client's GIL).
+  Numbers vary by 10-20 % from run to run, more on a busy machine; compare ratios from one run,
+  never absolute numbers across machines or runs.
+- noida-db is not Apache Kafka: its costs per request differ, so ratios here say how the clients
+  compare on this broker, not what any of them reaches against a Kafka cluster.
+- The proxy adds latency in Python; its own processing adds a little to every round trip (the
+  measured ApiVersions round trip through it is printed beside the nominal RTT).
+- Only ``linger.ms`` is aligned. Batch sizes are each client's default (confluent-kafka batches
+  up to 1 MB, kafka-python 16 KB), as a user would get them.
+- Benchmarks are not tests: a missed target is reported, not failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import importlib.metadata
+import os
+import platform
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import _harness
+import _producer_clients as clients
+import _report as report
+
+from eosclient.testing.brokers import RunningBroker, start_broker
+
+PARTITIONS: Final = 4
+VALUE_SIZE: Final = 100
+RUN_TIMEOUT: Final = 120.0  # seconds for one run (warm-up, timed transactions, close)
+ROUND_ROBIN: Final = "round-robin over the partitions"
+CLIENT_PARTITIONER: Final = "each client's partitioner"
+
+DEFAULTS: Final = {"bulk_transactions": 20, "small_transactions": 1000,
+                   "latency_transactions": 300, "repeat": 3}
+QUICK: Final = {"bulk_transactions": 3, "small_transactions": 200,
+                "latency_transactions": 100, "repeat": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One shape of work, run by each of its variants."""
+
+    key: str
+    variants: tuple[clients.Variant, ...]
+    records: int  # per transaction
+    transactions: int  # timed, per run
+    kind: str  # report.THROUGHPUT or report.LATENCY
+    unit: str
+    placement: str  # ROUND_ROBIN or CLIENT_PARTITIONER
+    via_proxy: bool
+
+    def partition(self, n: int) -> int | None:
+        """Where the `n`-th transaction of a run sends its records."""
+        return n % PARTITIONS if self.placement == ROUND_ROBIN else None
+
+
+@dataclass(frozen=True, slots=True)
+class Bench:
+    """What every run needs: where the broker and the proxy are, the values, the settings."""
+
+    broker: RunningBroker
+    proxy_servers: str | None
+    linger_ms: int
+    values: list[bytes]
+    run_id: str
+
+
+def ratio_specs() -> list[report.RatioSpec]:
+    """The issue's targets (issue 3, "Benchmark"), and a few comparisons without one."""
+    spec = report.RatioSpec
+    return [
+        spec("bulk", "eos-send", "ck-produce", 0.5),
+        spec("bulk", "eos-send", "kp-send", 10.0),
+        spec("bulk", "eos-batch", "ck-produce", 1.0),
+        spec("bulk", "eos-batch", "ck-batch"),
+        spec("bulk", "eos-batch", "kp-send"),
+        spec("small", "eos-plain", "ck", 2.0, note="(2x the better peer)"),
+        spec("small", "eos-plain", "kp", 2.0, note="(2x the better peer)"),
+        spec("small", "eos-prereg", "ck", 2.0, note="(2x the better peer)"),
+        spec("small", "eos-prereg", "kp", 2.0, note="(2x the better peer)"),
+        spec("latency", "eos-prereg", report.RTT, 2.3, "<=", "(median)"),
+        spec("latency", "eos-prereg", report.MEASURED_RTT),
+        spec("latency", "eos-plain", report.RTT),
+        spec("latency", "eos-prereg", "ck", direction="<=", note="(lower is better)"),
+        spec("latency", "eos-prereg", "kp", direction="<=", note="(lower is better)"),
+    ]
+
+
+def scenarios(args: argparse.Namespace) -> list[Scenario]:
+    """The scenarios selected on the command line, sized by it."""
+    every = [
+        Scenario("bulk", clients.BULK_VARIANTS, args.records, args.bulk_transactions,
+                 report.THROUGHPUT, "records/s", CLIENT_PARTITIONER, via_proxy=False),
+        Scenario("small", clients.SMALL_VARIANTS, 1, args.small_transactions,
+                 report.THROUGHPUT, "transactions/s", ROUND_ROBIN, via_proxy=False),
+        Scenario("latency", clients.SMALL_VARIANTS, 1, args.latency_transactions,
+                 report.LATENCY, "per transaction", ROUND_ROBIN, via_proxy=True),
+    ]
+    return [s for s in every if s.key in args.scenario]
+
+
+# --- one run ------------------------------------------------------------------------------------
+
+
+def run_once(
+    bench: Bench, scenario: Scenario, variant: clients.Variant, repeat: int
+) -> list[float]:
+    """Warm up, time `scenario.transactions` transactions, close, check; return the durations.
+
+    Raises:
+        BenchmarkError: the log does not hold what the run should have written, or the run hung.
+        Exception: whatever the client raised.
+    """
+    topic = f"bench-{bench.run_id}-{scenario.key}-{variant.key}-{repeat}"
+    broker = bench.broker
+    _harness.create_topic(broker.host, broker.port, topic, PARTITIONS)
+    servers = bench.proxy_servers if scenario.via_proxy else broker.bootstrap_servers
+    assert servers is not None
+    settings = clients.Settings(bootstrap_servers=servers, linger_ms=bench.linger_ms)
+    with _harness.watchdog(RUN_TIMEOUT):
+        durations = _timed_session(variant.open(settings, f"{topic}-txn"), topic, scenario, bench)
+    _harness.check_landed(
+        broker.host, broker.port, topic, PARTITIONS,
+        expected=(scenario.transactions + 1) * scenario.records,
+        transactions=scenario.transactions + 1,
+    )
+    return durations
+
+
+def _timed_session(
+    session: clients.Session, topic: str, scenario: Scenario, bench: Bench
+) -> list[float]:
+    values = bench.values[: scenario.records]
+    clock = time.perf_counter
+    durations = []
+    try:
+        session.transaction(topic, values, scenario.partition(0))  # warm-up, untimed
+        for n in range(1, scenario.transactions + 1):
+            partition = scenario.partition(n)
+            start = clock()
+            session.transaction(topic, values, partition)
+            durations.append(clock() - start)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            session.close()
+        raise
+    session.close()
+    return durations
+
+
+def record(outcome: report.Outcome, scenario: Scenario, durations: Sequence[float]) -> None:
+    """Add one run's durations to `outcome`."""
+    if scenario.kind == report.LATENCY:
+        outcome.latencies.extend(durations)
+    else:
+        outcome.runs.append(len(durations) * scenario.records / sum(durations))
+
+
+def run_scenario(bench: Bench, scenario: Scenario, repeats: int) -> list[report.Outcome]:
+    """Run every variant of `scenario` `repeats` times, interleaved; a failed variant stops."""
+    outcomes = [
+        report.Outcome(scenario.key, scenario.kind, scenario.unit, v.key, v.family, v.label)
+        for v in scenario.variants
+    ]
+    for outcome, variant in zip(outcomes, scenario.variants, strict=True):
+        if variant.missing:
+            outcome.errors.append(f"{variant.family}: {variant.missing}")
+    for repeat in range(repeats):
+        for outcome, variant in zip(outcomes, scenario.variants, strict=True):
+            if outcome.errors:
+                continue
+            _progress(f"{scenario.key}: {variant.label} (repeat {repeat + 1}/{repeats})")
+            try:
+                record(outcome, scenario, run_once(bench, scenario, variant, repeat))
+            except Exception as exc:
+                outcome.errors.append(f"failed: {type(exc).__name__}: {exc}"[:160])
+            gc.collect()
+    return outcomes
+
+
+# --- the whole run ------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Start the broker (and the proxy), run the scenarios, stop everything; return the results."""
+    values = [os.urandom(VALUE_SIZE) for _ in range(args.records)]
+    with contextlib.ExitStack() as stack:
+        _progress("starting noida-db")
+        broker = stack.enter_context(start_broker("noida"))
+        proxy = _harness.ProxyProcess(broker.host, broker.port, args.proxy_latency_ms / 1e3)
+        stack.callback(proxy.stop)
+        bench = Bench(broker, proxy.bootstrap_servers, args.linger_ms, values,
+                      uuid.uuid4().hex[:8])
+        round_trips = {
+            "direct_ms": _harness.measured_round_trip(broker.host, broker.port) * 1e3,
+            "proxy_ms": _harness.measured_round_trip(proxy.host, proxy.port) * 1e3,
+        }
+        outcomes = []
+        for scenario in scenarios(args):
+            outcomes.extend(run_scenario(bench, scenario, args.repeat))
+    return {"outcomes": outcomes, "round_trips": round_trips}
+
+
+def environment() -> dict[str, str]:
+    """Client versions and where they ran."""
+    return {
+        **clients.versions(),
+        "noida-db": importlib.metadata.version("noida-db"),
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "load average at start": f"{os.getloadavg()[0]:.2f}",
+    }
+
+
+def settings_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The sizes and settings of this run."""
+    names = ("records", "bulk_transactions", "small_transactions", "latency_transactions",
+             "repeat", "linger_ms", "proxy_latency_ms", "scenario")
+    return {name: getattr(args, name) for name in names} | {
+        "partitions": PARTITIONS, "value_bytes": VALUE_SIZE, "broker": "noida-db"}
+
+
+def render(env: dict[str, str], settings: dict[str, Any], results: dict[str, Any],
+           ratios: list[report.Ratio], rtt: float) -> str:
+    """The printed report: versions, settings, results, ratios."""
+    outcomes: list[report.Outcome] = results["outcomes"]
+    trips = results["round_trips"]
+    lines = ["", "versions: " + "; ".join(f"{k} {v}" for k, v in env.items()),
+             "settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()),
+             f"round trip: nominal {rtt * 1e3:.2f} ms through the proxy; ApiVersions measured"
+             f" {trips['proxy_ms']:.2f} ms through it, {trips['direct_ms']:.2f} ms direct", ""]
+    rows = [[o.scenario, o.label, report.format_outcome(o, rtt)] for o in outcomes]
+    lines += [report.table(rows, ["scenario", "client", "result"]), ""]
+    rows = [report.format_ratio(r) for r in ratios]
+    lines += [report.table(rows, ["scenario", "ratio", "value", "target", "verdict"]), ""]
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line; sizes left out come from `--quick` or the defaults."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--records", type=int, default=10_000, help="records per bulk transaction")
+    parser.add_argument("--bulk-transactions", type=int, help="timed bulk transactions per run")
+    parser.add_argument("--small-transactions", type=int, help="timed 1-record transactions")
+    parser.add_argument("--latency-transactions", type=int, help="timed transactions via proxy")
+    parser.add_argument("--repeat", type=int, help="runs per variant, interleaved")
+    parser.add_argument("--linger-ms", type=int, default=5, help="linger.ms for every client")
+    parser.add_argument("--proxy-latency-ms", type=float, default=1.0, help="added each way")
+    parser.add_argument("--scenario", action="append", choices=["bulk", "small", "latency"],
+                        help="run only this scenario (repeatable)")
+    parser.add_argument("--quick", action="store_true", help="a small run (~30 s)")
+    parser.add_argument("--json", type=Path, help="also write the results here as JSON")
+    args = parser.parse_args(argv)
+    for name, value in (QUICK if args.quick else DEFAULTS).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    args.scenario = args.scenario or ["bulk", "small", "latency"]
+    return args
+
+
+def _progress(message: str) -> None:
+    print(f"... {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark, print the table, write the JSON if asked."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    # SIGTERM unwinds like Ctrl-C, so the broker and the proxy are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    env, settings = environment(), settings_of(args)
+    started = time.monotonic()
+    results = run(args)
+    rtt = 2 * args.proxy_latency_ms / 1e3
+    measured = results["round_trips"]["proxy_ms"] / 1e3
+    ratios = report.compute_ratios(
+        results["outcomes"], ratio_specs(), {report.RTT: rtt, report.MEASURED_RTT: measured}
+    )
+    print(render(env, settings, results, ratios, rtt))
+    print(f"(whole run: {time.monotonic() - started:.0f} s)")
+    if args.json:
+        report.write_json(args.json, {
+            "environment": env, "settings": settings, "nominal_rtt_ms": rtt * 1e3,
+            "round_trips": results["round_trips"],
+            "results": [report.outcome_json(o, rtt) for o in results["outcomes"]],
+            "ratios": [report.ratio_json(r) for r in ratios],
+        })
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
