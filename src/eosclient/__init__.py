@@ -5,6 +5,59 @@ The public names live here and nowhere else; modules with a leading underscore a
 
 from __future__ import annotations
 
+# Before the imports: eosclient._protocol reads it while this package is being imported.
 __version__ = "0.1.0.dev0"
 
-__all__ = ["__version__"]
+from eosclient._core.types import TopicPartition
+from eosclient._producer.results import RecordMetadata
+from eosclient.config import ClientConfig, ProducerConfig
+from eosclient.errors import (
+    AbortableError,
+    ConfigError,
+    EosError,
+    EpochBumpRequiredError,
+    FatalError,
+    FencedError,
+    IllegalStateError,
+    InvalidGroupIdError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    OffsetOutOfRangeError,
+    ProtocolError,
+    RecordTooLargeError,
+    RecordTypeError,
+    RetriableError,
+    UnknownPartitionError,
+    UnsupportedVersionError,
+    UsageError,
+)
+from eosclient.group_metadata import ConsumerGroupMetadata
+from eosclient.producer import TransactionalProducer
+
+__all__ = [
+    "AbortableError",
+    "ClientConfig",
+    "ConfigError",
+    "ConsumerGroupMetadata",
+    "EosError",
+    "EpochBumpRequiredError",
+    "FatalError",
+    "FencedError",
+    "IllegalStateError",
+    "InvalidGroupIdError",
+    "KafkaConnectionError",
+    "KafkaTimeoutError",
+    "OffsetOutOfRangeError",
+    "ProducerConfig",
+    "ProtocolError",
+    "RecordMetadata",
+    "RecordTooLargeError",
+    "RecordTypeError",
+    "RetriableError",
+    "TopicPartition",
+    "TransactionalProducer",
+    "UnknownPartitionError",
+    "UnsupportedVersionError",
+    "UsageError",
+    "__version__",
+]

@@ -21,6 +21,7 @@ FORBIDDEN: dict[str, tuple[set[str], set[str]]] = {
     "_protocol": ({"eosclient._core", "eosclient._net", "eosclient.producer", "eosclient.testing"},
                   {"socket", "selectors", "threading", "asyncio", "ssl"}),
     "_net": ({"eosclient.producer", "eosclient.consumer", "eosclient.testing"}, set()),
+    "_producer": ({"eosclient.consumer", "eosclient.processor", "eosclient.testing"}, set()),
 }
 
 

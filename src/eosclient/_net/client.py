@@ -1,0 +1,276 @@
+"""The selector loop: connections by node id, request pipelining, reconnect backoff, metadata.
+
+Theory of operation
+-------------------
+One thread (the client's owner: the producer's or consumer's I/O thread) owns a
+:class:`NetworkClient` and calls it in two kinds of steps, alternately:
+
+* **I/O** (:meth:`NetworkClient.poll`), run *without* the owner's lock: wait on the selector at
+  most until the nearest timer, move bytes, start connects whose backoff passed, expire deadlines.
+  It returns the :class:`~eosclient._net.node.Answer` of every request that finished. It never
+  calls back, so no application state is touched outside the lock.
+* **Dispatch and send**, run *under* the owner's lock: the owner calls each answer's
+  ``on_done``, then sends new requests (:meth:`NetworkClient.send`) and lets the client ask for
+  metadata (:meth:`NetworkClient.maybe_update_metadata`).
+
+Other threads only ever call :meth:`NetworkClient.wakeup`, which writes a byte to a socketpair the
+selector watches, so an application call is acted on at once instead of at the next timer.
+
+Nodes: a bootstrap address gets a negative node id (-1, -2, ...) until Metadata names the real
+brokers; coordinators are added by the owner as FindCoordinator names them (:meth:`add_node`).
+A request for a node that is not connected opens a connection and waits in it until the
+ApiVersions handshake is done; ``send(None, ...)`` picks the least loaded usable node. A
+connection that fails or is closed is not retried before its reconnect backoff (exponential with
+jitter, :mod:`eosclient._net.backoff`) has passed; requests sent meanwhile wait for the attempt.
+
+Metadata (:class:`~eosclient._net.metadata.Metadata`) is shared with the owner's application
+threads and, like everything they share, is read and written only under the owner's lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from eosclient._net.backoff import Backoff
+from eosclient._net.metadata import Metadata
+from eosclient._net.node import Answer, NodeConnection, Phase
+from eosclient.config import ClientConfig
+from eosclient.errors import KafkaConnectionError
+
+__all__ = ["Answer", "NetworkClient"]
+
+
+class NetworkClient:
+    """Connections, pipelined requests and metadata for one client, driven by one thread.
+
+    Args:
+        config: Brokers, client id, timeouts and backoffs.
+        auto_create_topics: Whether Metadata asks brokers to create missing topics.
+        clock: Monotonic seconds (tests may pass their own).
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig,
+        *,
+        auto_create_topics: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self._request_timeout = config.request_timeout_ms / 1000
+        self._setup_timeout = config.socket_connection_setup_timeout_ms / 1000
+        self._reconnect = Backoff(config.reconnect_backoff_ms / 1000,
+                                  config.reconnect_backoff_max_ms / 1000)
+        self.metadata = Metadata(max_age=config.metadata_max_age_ms / 1000,
+                                 backoff=config.retry_backoff_ms / 1000,
+                                 auto_create=auto_create_topics)
+        self._bootstrap: dict[int, tuple[str, int]] = {
+            -(i + 1): _split(server) for i, server in enumerate(config.bootstrap_servers)}
+        self._nodes: dict[int, tuple[str, int]] = {}
+        self._conns: dict[int, NodeConnection] = {}
+        self._fds: dict[NodeConnection, tuple[int, int]] = {}  # registered fd and events
+        self._failures: dict[int, int] = {}  # node id -> connects failed in a row
+        self._not_before: dict[int, float] = {}  # node id -> reconnect backoff end
+        self._answers: list[Answer] = []
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        for end in (self._wake_r, self._wake_w):
+            end.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self.closed = False
+
+    # -- any thread ----------------------------------------------------------------------------
+
+    def wakeup(self) -> None:
+        """Make a :meth:`poll` in progress (or the next one) return at once. Thread-safe."""
+        with contextlib.suppress(OSError):  # full (a wakeup is pending anyway) or closed
+            self._wake_w.send(b"\x00")
+
+    # -- the owner's thread ----------------------------------------------------------------------
+
+    def add_node(self, node_id: int, host: str, port: int) -> None:
+        """Know ``node_id``'s address (a coordinator that FindCoordinator named)."""
+        self._nodes[node_id] = (host, port)
+
+    def ready(self, node_id: int) -> bool:
+        """Whether requests to ``node_id`` go out at once (connected, handshake done)."""
+        conn = self._conns.get(node_id)
+        return conn is not None and conn.ready
+
+    def in_flight(self, node_id: int) -> int:
+        """Requests sent to ``node_id`` and not answered (queued ones included)."""
+        conn = self._conns.get(node_id)
+        return conn.in_flight if conn is not None else 0
+
+    def connect(self, node_id: int) -> None:
+        """Open a connection to ``node_id`` (after its backoff) if there is none."""
+        self._connection(node_id, self._clock())
+
+    def send(
+        self,
+        node_id: int | None,
+        request: Any,
+        on_done: Callable[[Answer], None],
+        *,
+        timeout: float | None = None,
+    ) -> int:
+        """Send ``request`` to ``node_id`` (the least loaded node if None); return the node id.
+
+        The answer, or the error that replaces it, comes out of a later :meth:`poll`.
+        """
+        now = self._clock()
+        target = self.least_loaded(now) if node_id is None else node_id
+        conn = self._connection(target, now)
+        if conn is None:
+            error = KafkaConnectionError(f"node {target}: address unknown", api=request.API_KEY)
+            self._answers.append(Answer(request, None, error, target, on_done))
+            return target
+        conn.send(request, on_done, now, self._request_timeout if timeout is None else timeout)
+        self._after(conn, now)
+        return target
+
+    def maybe_update_metadata(self, now: float) -> None:
+        """Send a Metadata request if one is due (call under the owner's lock)."""
+        if self.metadata.due(now):
+            self.send(None, self.metadata.build_request(now), self._on_metadata)
+
+    def next_timer(self) -> float:
+        """The nearest deadline of any connection (connects, setup and request timeouts)."""
+        return min((c.next_deadline() for c in self._conns.values()), default=float("inf"))
+
+    def poll(self, timeout: float) -> list[Answer]:
+        """Wait at most ``timeout`` seconds for I/O; return the requests that finished.
+
+        Call without the owner's lock; dispatch the answers (``answer.on_done(answer)``) under it.
+        """
+        if self._answers:
+            timeout = 0.0
+        wait = max(0.0, min(timeout, self.next_timer() - self._clock()))
+        events = self._selector.select(wait)
+        now = self._clock()
+        for key, mask in events:
+            conn = key.data
+            if conn is None:
+                self._drain_wakeups()
+                continue
+            if mask & selectors.EVENT_WRITE:
+                conn.on_writable(now)
+            if mask & selectors.EVENT_READ:
+                conn.on_readable(now)
+            self._after(conn, now)  # at once: a closed socket's fd may be reused below
+        for conn in list(self._conns.values()):
+            conn.expire(now)
+            self._after(conn, now)
+        answers, self._answers = self._answers, []
+        return answers
+
+    def close_node(self, node_id: int, error: KafkaConnectionError | None = None) -> None:
+        """Close the connection to ``node_id``; its requests fail with ``error``."""
+        conn = self._conns.get(node_id)
+        if conn is not None:
+            conn.close(error)
+            self._after(conn, self._clock())
+
+    def close(self) -> list[Answer]:
+        """Close every connection and the selector; return the requests that were cut off."""
+        if self.closed:
+            return []
+        self.closed = True
+        for node_id in list(self._conns):
+            self.close_node(node_id, KafkaConnectionError("the client was closed"))
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+        answers, self._answers = self._answers, []
+        return answers
+
+    def least_loaded(self, now: float) -> int:
+        """A node to send an any-broker request to: a ready one with the fewest requests in
+        flight, else one already connecting, else the known node whose backoff ends first."""
+        ready = [c for c in self._conns.values() if c.ready]
+        if ready:
+            return min(ready, key=lambda c: c.in_flight).node_id
+        starting = [c for c in self._conns.values() if c.phase is not Phase.CLOSED]
+        if starting:
+            return starting[0].node_id
+        known = [*self.metadata.nodes, *self._bootstrap]
+        return min(known, key=lambda n: self._not_before.get(n, float("-inf")))
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _address(self, node_id: int) -> tuple[str, int] | None:
+        return (self.metadata.nodes.get(node_id) or self._nodes.get(node_id)
+                or self._bootstrap.get(node_id))
+
+    def _connection(self, node_id: int, now: float) -> NodeConnection | None:
+        conn = self._conns.get(node_id)
+        if conn is not None:
+            return conn
+        address = self._address(node_id)
+        if address is None:
+            return None
+        start_at = max(now, self._not_before.get(node_id, now))
+        conn = NodeConnection(node_id, address, client_id=self._config.client_id,
+                              setup_timeout=self._setup_timeout, start_at=start_at)
+        self._conns[node_id] = conn
+        if start_at <= now:
+            conn.start(now)
+        self._after(conn, now)
+        return conn
+
+    def _after(self, conn: NodeConnection, now: float) -> None:
+        """Collect ``conn``'s answers and keep the selector in step with what it waits for."""
+        self._answers.extend(conn.take_answers())
+        registered = self._fds.get(conn)
+        if conn.phase is Phase.CLOSED:
+            self._forget(conn, now)
+            return
+        if conn.ready:
+            self._failures.pop(conn.node_id, None)
+        if conn.sock is None:
+            return
+        wanted = (conn.sock.fileno(), conn.events)
+        if registered == wanted:
+            return
+        if registered is None:
+            self._selector.register(wanted[0], wanted[1], conn)
+        else:
+            self._selector.modify(wanted[0], wanted[1], conn)
+        self._fds[conn] = wanted
+
+    def _forget(self, conn: NodeConnection, now: float) -> None:
+        registered = self._fds.pop(conn, None)
+        if registered is None and self._conns.get(conn.node_id) is not conn:
+            return  # forgotten already
+        if registered is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(registered[0])
+        if self._conns.get(conn.node_id) is conn:
+            del self._conns[conn.node_id]
+        failures = self._failures.get(conn.node_id, 0) + 1
+        self._failures[conn.node_id] = failures
+        self._not_before[conn.node_id] = now + self._reconnect.delay(failures)
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    def _on_metadata(self, answer: Answer) -> None:
+        if answer.error is not None:
+            self.metadata.on_failure()
+        else:
+            self.metadata.on_response(answer.response, self._clock())
+
+
+def _split(server: str) -> tuple[str, int]:
+    host, _, port = server.rpartition(":")
+    return host.strip("[]"), int(port)  # "[::1]:9092" names an IPv6 host

@@ -1,0 +1,1 @@
+"""The producer facade's private parts: argument checks, routing, the sender loop, results."""

@@ -1,0 +1,138 @@
+"""Argument checks for the producer's public calls, run before anything is touched.
+
+Each function raises a :class:`~eosclient.errors.UsageError` (or a builtin ``TypeError`` /
+``ValueError`` for shapes that are plainly not Kafka values) and returns the normalised value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from eosclient._core.txn import GroupMetadata
+from eosclient._core.types import TopicPartition
+from eosclient.errors import InvalidGroupIdError, RecordTypeError, UnknownPartitionError
+from eosclient.group_metadata import ConsumerGroupMetadata
+
+__all__ = [
+    "group_id_of",
+    "group_of",
+    "offsets_of",
+    "partition_of",
+    "partitions_of",
+    "timeout_of",
+    "topic_of",
+]
+
+
+def topic_of(topic: object) -> str:
+    """``topic`` if it is a non-empty str.
+
+    Raises:
+        RecordTypeError: it is not.
+    """
+    if type(topic) is not str or not topic:
+        raise RecordTypeError(f"topic must be a non-empty str, got {topic!r}")
+    return topic
+
+
+def partition_of(partition: object) -> int | None:
+    """``partition`` if it is None or an int >= 0.
+
+    Raises:
+        RecordTypeError: not an int (bool refused).
+        UnknownPartitionError: negative.
+    """
+    if partition is None:
+        return None
+    if type(partition) is not int:
+        raise RecordTypeError(f"partition must be an int or None, got {partition!r}")
+    if partition < 0:
+        raise UnknownPartitionError(f"partition must be >= 0, got {partition}")
+    return partition
+
+
+def _tp(item: object) -> TopicPartition:
+    if not (isinstance(item, tuple) and len(item) == 2):
+        raise TypeError(f"expected a TopicPartition (topic, partition), got {item!r}")
+    topic, partition = item
+    number = partition_of(partition)
+    if number is None:
+        raise TypeError(f"a TopicPartition needs a partition number, got {item!r}")
+    return TopicPartition(topic_of(topic), number)
+
+
+def partitions_of(partitions: Iterable[object] | None) -> list[TopicPartition] | None:
+    """The partitions to pre-register, as TopicPartitions (None: register lazily).
+
+    Raises:
+        TypeError: not an iterable of (topic, partition) pairs.
+    """
+    if partitions is None:
+        return None
+    if isinstance(partitions, str | bytes) or not isinstance(partitions, Iterable):
+        raise TypeError(f"partitions must be an iterable of TopicPartition, got {partitions!r}")
+    return [_tp(item) for item in partitions]
+
+
+def offsets_of(offsets: object) -> dict[TopicPartition, int]:
+    """``{TopicPartition: next offset to read}``, checked.
+
+    Raises:
+        TypeError: not a mapping of (topic, partition) to int.
+        ValueError: an offset is negative.
+    """
+    if not isinstance(offsets, Mapping):
+        raise TypeError(f"offsets must be a mapping of TopicPartition to int, got {offsets!r}")
+    checked: dict[TopicPartition, int] = {}
+    for key, offset in offsets.items():
+        if type(offset) is not int:
+            raise TypeError(f"the offset of {key!r} must be an int, got {offset!r}")
+        if offset < 0:
+            raise ValueError(f"the offset of {key!r} must be >= 0, got {offset}")
+        checked[_tp(key)] = offset
+    return checked
+
+
+def group_of(group: object) -> GroupMetadata:
+    """A group id or :class:`ConsumerGroupMetadata` as the core's group metadata.
+
+    Raises:
+        InvalidGroupIdError: an empty group id, or neither a str nor a ConsumerGroupMetadata.
+    """
+    if isinstance(group, ConsumerGroupMetadata):
+        return GroupMetadata(group.group_id, group.generation_id, group.member_id,
+                             group.group_instance_id)
+    if isinstance(group, str) and group:
+        return GroupMetadata(group)
+    raise InvalidGroupIdError(
+        f"expected a group id (non-empty str) or a ConsumerGroupMetadata, got {group!r}")
+
+
+def group_id_of(group_id: object) -> str | None:
+    """A group id to pre-register (None: none).
+
+    Raises:
+        InvalidGroupIdError: not a non-empty str.
+    """
+    if group_id is None:
+        return None
+    if not isinstance(group_id, str) or not group_id:
+        raise InvalidGroupIdError(f"group_id must be a non-empty str, got {group_id!r}")
+    return group_id
+
+
+def timeout_of(timeout: Any, default_ms: int) -> float:
+    """Seconds to wait: ``timeout`` if given (>= 0), else the default in milliseconds.
+
+    Raises:
+        TypeError: not a number.
+        ValueError: negative.
+    """
+    if timeout is None:
+        return default_ms / 1000
+    if type(timeout) not in (int, float):
+        raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
+    if not timeout >= 0:
+        raise ValueError(f"timeout must be >= 0, got {timeout}")
+    return float(timeout)

@@ -1,0 +1,267 @@
+"""The producer's I/O thread: drives the sans-IO core and accumulator through the network client.
+
+Theory of operation
+-------------------
+One lock (:attr:`Sender.lock`) guards everything application threads share with this thread:
+the :class:`~eosclient._core.txn.TransactionCore`, the
+:class:`~eosclient._core.accumulator.RecordAccumulator` and the metadata. The thread loops:
+
+1. **I/O, without the lock**: :meth:`NetworkClient.poll` waits until the nearest timer, a socket
+   event, or a wakeup from an application call.
+2. **Under the lock**: every finished request is dispatched (coordinator answers to the core,
+   Produce answers to the accumulator, errors to the core), then one :meth:`Sender._step`:
+   expire batches past ``delivery.timeout.ms``, poll the core and act on its outputs
+   (``SendRequest`` queued until ``not_before``, ``FailUnsent`` -> ``fail_generation``,
+   ``SequencesReset`` -> ``reset_identity``), send due coordinator requests, ask for metadata,
+   drain ready batches into Produce requests (:mod:`eosclient._producer.produce`), and compute
+   how long the next wait may be. Blocked application calls are notified.
+3. **Without the lock**: delivery futures settled in step 2 are resolved, so their callbacks may
+   call the producer.
+
+What the core's docs ask of the facade, and where it is done: ``now`` is ``time.monotonic()``;
+``poll`` runs after every answer and at ``next_timer()`` (step 2 and the timeout); the
+accumulator drains a partition only if ``partition_ready`` (generation gating follows from the
+order of step 2: ``FailUnsent`` of an aborted generation is applied before any later drain, and
+nothing drains while aborting but resends of batches already on the wire, which must be answered
+before EndTxn(abort) may go out: KAFKA-14053); a request timeout closes its connection
+(:mod:`eosclient._net.node`); a batch past its delivery timeout while in flight has its
+connection closed *before* it is reported with ``on_batch_expired``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from eosclient._core.accumulator import AccumulatorSettings, RecordAccumulator
+from eosclient._core.txn import (
+    FailUnsent,
+    SendRequest,
+    TransactionCore,
+)
+from eosclient._core.types import NO_IDENTITY
+from eosclient._net.client import Answer, NetworkClient
+from eosclient._producer.produce import ProduceLane
+from eosclient._producer.results import DeliveryFuture
+from eosclient.config import ProducerConfig
+from eosclient.errors import EosError, FatalError, IllegalStateError
+
+__all__ = ["Sender"]
+
+log = logging.getLogger("eosclient.producer")
+
+_MAX_SLEEP = 1.0  # seconds: liveness bound (delivery expiry, missed wakeups)
+_EXPIRY_EVERY = 0.1  # seconds between delivery-timeout sweeps
+_JOIN_TIMEOUT = 10.0
+
+
+class Sender:
+    """The I/O thread and the state it shares with application threads under :attr:`lock`.
+
+    Args:
+        config: The producer's settings.
+    """
+
+    def __init__(self, config: ProducerConfig) -> None:
+        self.config = config
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.core = TransactionCore(
+            transactional_id=config.transactional_id,
+            transaction_timeout_ms=config.transaction_timeout_ms,
+            retry_backoff_ms=config.retry_backoff_ms,
+            retry_backoff_max_ms=config.retry_backoff_max_ms,
+        )
+        self.acc = RecordAccumulator(AccumulatorSettings(
+            batch_size=config.batch_size, linger_ms=config.linger_ms,
+            max_request_size=config.max_request_size, compression_type=config.compression_type,
+            delivery_timeout_ms=config.delivery_timeout_ms,
+            max_in_flight=config.max_in_flight_requests_per_connection,
+            transactional=config.transactional, partitioner=config.partitioner,
+        ))
+        self.client = NetworkClient(config)
+        self.metadata = self.client.metadata
+        self.settled: list[DeliveryFuture[object]] = []
+        self.flushing = 0
+        self.crashed: BaseException | None = None
+        self._lane = ProduceLane(config, self.core, self.acc, self.client)
+        self._sends: list[SendRequest] = []
+        self._next_expiry = 0.0
+        self.sleeping = False  # the I/O thread is (about to be) waiting in poll
+        self.wake_at = 0.0  # when it will wake by itself
+        self.pending_bytes = 0  # appended since it went to sleep
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"eosclient-producer-{config.client_id}")
+
+    # -- application threads (under the lock) ------------------------------------------------
+
+    def start(self) -> None:
+        """Start the I/O thread."""
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Make the I/O thread run a step soon; cheap when it is already awake."""
+        if self.sleeping:
+            self.sleeping = False
+            self.pending_bytes = 0
+            self.client.wakeup()
+
+    def stop(self) -> None:
+        """Ask the I/O thread to fail what is left, close the connections and exit."""
+        self._stopping = True
+        self.client.wakeup()
+
+    def join(self, timeout: float = _JOIN_TIMEOUT) -> None:
+        """Wait for the I/O thread to exit (call without the lock)."""
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def in_io_thread(self) -> bool:
+        """Whether the caller is the I/O thread (a delivery future's callback)."""
+        return threading.current_thread() is self._thread
+
+    def check_alive(self) -> None:
+        """Raise if the I/O thread died of a bug.
+
+        Raises:
+            FatalError: the thread crashed; the producer can only be closed.
+        """
+        if self.crashed is not None:
+            raise FatalError(f"the producer's I/O thread crashed: {self.crashed!r}") \
+                from self.crashed
+
+    def _take_settled(self) -> list[DeliveryFuture[object]]:
+        # The list object is shared with every future (their sink): empty it, never rebind it.
+        settled = self.settled[:]
+        self.settled.clear()
+        return settled
+
+    def incomplete(self) -> bool:
+        """Whether any batch is unsent or awaiting its answer."""
+        return self.acc.in_flight() > 0 or self.acc.unsent_records() > 0
+
+    # -- the I/O thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        answers: list[Answer] = []
+        try:
+            while True:
+                with self.lock:
+                    timeout = self._iterate(answers)
+                    settled = self._take_settled()
+                    self.changed.notify_all()
+                _resolve(settled)
+                if timeout is None:
+                    return
+                answers = self.client.poll(timeout)
+        except BaseException as exc:  # a bug: fail everything rather than hang the callers
+            log.exception("the producer's I/O thread crashed")
+            self._crash(exc)
+
+    def _iterate(self, answers: list[Answer]) -> float | None:
+        """Dispatch answers and run one step; the next wait in seconds, None to exit."""
+        self.sleeping = False
+        self.pending_bytes = 0
+        for answer in answers:
+            answer.on_done(answer)
+        if self._stopping:
+            self._shut_down()
+            return None
+        now = time.monotonic()
+        timeout = self._step(now)
+        self.sleeping, self.wake_at = True, now + timeout
+        return timeout
+
+    def _step(self, now: float) -> float:
+        if now >= self._next_expiry:
+            self._next_expiry = now + _EXPIRY_EVERY
+            self._lane.expire(now)
+        self._drive_core(now)
+        self._send_coordinator_requests(now)
+        self.client.maybe_update_metadata(now)
+        self._lane.drain(now, flush=self.flushing > 0)
+        return self._timeout(now)
+
+    def _drive_core(self, now: float) -> None:
+        """Poll the core and act on its outputs; again while they changed the accumulator."""
+        changed = True
+        while changed:
+            changed = False
+            for out in self.core.poll(now, incomplete_batches=self.incomplete()):
+                if isinstance(out, SendRequest):
+                    self._sends.append(out)
+                elif isinstance(out, FailUnsent):
+                    self.acc.fail_generation(out.generation, out.error)
+                    changed = True
+                else:
+                    self.acc.reset_identity(out.new)
+                    self._lane.forget_retries()
+                    changed = True
+
+    def _send_coordinator_requests(self, now: float) -> None:
+        due = [s for s in self._sends if s.not_before <= now]
+        if not due:
+            return
+        self._sends = [s for s in self._sends if s.not_before > now]
+        for send in due:
+            node_id = None
+            if send.node is not None:
+                self.client.add_node(*send.node)
+                node_id = send.node.node_id
+            self.client.send(node_id, send.request, self._on_coordinator_answer)
+
+    def _on_coordinator_answer(self, answer: Answer) -> None:
+        now = time.monotonic()
+        if answer.error is not None:
+            self.core.on_request_failed(answer.request, now, answer.error)
+        else:
+            self.core.on_response(answer.request, answer.response, now)
+
+    def _timeout(self, now: float) -> float:
+        timers = [now + _MAX_SLEEP, self.client.next_timer(), self.metadata.next_update(now),
+                  self._lane.next_timer(now)]
+        core_timer = self.core.next_timer()
+        if core_timer is not None:
+            timers.append(core_timer)
+        if self._sends:
+            timers.append(min(s.not_before for s in self._sends))
+        return max(0.0, min(timers) - now)
+
+    # -- the end -------------------------------------------------------------------------------
+
+    def _shut_down(self) -> None:
+        """Fail every record still queued or in flight, and close the connections."""
+        closed = IllegalStateError("the producer was closed before the record was delivered")
+        self._drive_core(time.monotonic())  # the core's FailUnsent for close()
+        for answer in self.client.close():
+            answer.on_done(answer)
+        self._fail_everything(closed)
+
+    def _fail_everything(self, error: EosError) -> None:
+        self.acc.fail_generation(self.core.generation, error)
+        if self.acc.sequences.identity != NO_IDENTITY:
+            self.acc.reset_identity(NO_IDENTITY, error)
+
+    def _crash(self, exc: BaseException) -> None:
+        with self.lock:
+            self.crashed = exc
+            error = FatalError(f"the producer's I/O thread crashed: {exc!r}")
+            try:
+                self._fail_everything(error)
+                self.client.close()
+            except Exception:  # already broken; the callers learn of `crashed`
+                log.exception("cleaning up after the crash failed")
+            settled = self._take_settled()
+            self.changed.notify_all()
+        _resolve(settled)
+
+
+def _resolve(settled: list[DeliveryFuture[Any]]) -> None:
+    for future in settled:
+        try:
+            future.resolve()
+        except Exception:  # a future the application resolved or broke itself
+            log.exception("resolving a delivery future failed")

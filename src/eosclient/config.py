@@ -1,0 +1,305 @@
+"""Typed settings: frozen, keyword-only dataclasses that also accept Kafka's dotted keys.
+
+Every setting is one dataclass field whose metadata names its Kafka key (``linger.ms``) and the
+check that validates and normalises a value; that one declaration serves the Pythonic keyword
+(``linger_ms=5``), the dotted key (``config={"linger.ms": 5}``) and the docs. A setting is checked
+when the object is built, so a typo, a wrong type or an impossible value fails at construction
+with a :class:`~eosclient.errors.ConfigError` that names the key as the caller spelled it (and
+suggests the nearest known key for a typo), never later in the I/O thread.
+
+:class:`ClientConfig` holds what every client needs (brokers, timeouts, backoff, metadata);
+:class:`ProducerConfig` adds the producer's settings. :func:`build` merges keywords and a dotted
+dict, refusing the same setting given twice with different values.
+
+Values are not coerced from strings: ``"linger.ms": "5"`` is a type error, as the Python API is
+typed. The exceptions are the few settings Kafka users habitually write as words (``acks``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from eosclient._core.partitioner import Partitioner, default_partitioner
+from eosclient._core.records import Serializer, compression_for
+from eosclient.errors import ConfigError
+
+__all__ = ["ClientConfig", "ProducerConfig", "build", "setting"]
+
+Check = Callable[[object, str], object]
+"""Validates a value given under a key (as spelled); returns it normalised or raises."""
+
+_C = TypeVar("_C", bound="ClientConfig")
+_INT32_MAX = 2**31 - 1
+_MAX_IN_FLIGHT = 5
+
+
+def _type_name(value: object) -> str:
+    return f"{type(value).__name__} {value!r}"[:80]
+
+
+def integer(low: int = 0, high: int = _INT32_MAX) -> Check:
+    """A check for an int in ``[low, high]`` (bool is refused: ``True`` is not a count)."""
+
+    def check(value: object, key: str) -> object:
+        if type(value) is not int:
+            raise ConfigError(f"expected an int, got {_type_name(value)}", key=key)
+        if not low <= value <= high:
+            raise ConfigError(f"must be in {low}..{high}, got {value}", key=key)
+        return value
+
+    return check
+
+
+def number(low: float = 0.0) -> Check:
+    """A check for an int or float of at least ``low`` (normalised to float)."""
+
+    def check(value: object, key: str) -> object:
+        if type(value) not in (int, float):
+            raise ConfigError(f"expected a number, got {_type_name(value)}", key=key)
+        assert isinstance(value, int | float)
+        if not value >= low:  # also refuses NaN
+            raise ConfigError(f"must be at least {low}, got {value}", key=key)
+        return float(value)
+
+    return check
+
+
+def text(*, optional: bool = False) -> Check:
+    """A check for a non-empty str (or None when ``optional``)."""
+
+    def check(value: object, key: str) -> object:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"expected a non-empty str, got {_type_name(value)}", key=key)
+        return value
+
+    return check
+
+
+def function(*, optional: bool = False) -> Check:
+    """A check for a callable (or None when ``optional``)."""
+
+    def check(value: object, key: str) -> object:
+        if value is None and optional:
+            return None
+        if not callable(value):
+            raise ConfigError(f"expected a callable, got {_type_name(value)}", key=key)
+        return value
+
+    return check
+
+
+def _servers(value: object, key: str) -> object:
+    """``"h:p,h:p"`` or a sequence of ``"h:p"`` -> a tuple of ``"h:p"``, each port checked."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not items:
+        raise ConfigError(f"expected 'host:port[,host:port...]', got {_type_name(value)}", key=key)
+    servers = []
+    for item in items:
+        host, sep, port = item.strip().rpartition(":") if isinstance(item, str) else ("", "", "")
+        if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+            raise ConfigError(f"expected 'host:port', got {item!r}", key=key)
+        servers.append(f"{host}:{int(port)}")
+    return tuple(servers)
+
+
+def _acks(value: object, key: str) -> object:
+    if value in ("all", -1, "-1"):
+        return -1
+    raise ConfigError(
+        f"must be 'all' (-1): exactly-once needs every in-sync replica to acknowledge, got "
+        f"{value!r}", key=key,
+    )
+
+
+def _idempotence(value: object, key: str) -> object:
+    if value is True:
+        return True
+    raise ConfigError(f"must be True: eosclient producers are always idempotent, got {value!r}",
+                      key=key)
+
+
+def _compression(value: object, key: str) -> object:
+    if not isinstance(value, str):
+        raise ConfigError(f"expected a str, got {_type_name(value)}", key=key)
+    compression_for(value)  # unknown names and missing codec packages raise ConfigError
+    return value.lower()
+
+
+def setting(key: str, check: Check, doc: str) -> dict[str, Any]:
+    """A setting's field metadata: its Kafka key, its check and a one-line doc."""
+    return {"key": key, "check": check, "doc": doc}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClientConfig:
+    """What every eosclient client needs: where the brokers are, and how patient to be.
+
+    Each attribute's Kafka key is in its field metadata (see :meth:`keys`).
+
+    Raises:
+        ConfigError: a setting is of the wrong type or out of range (``.key`` names it).
+    """
+
+    bootstrap_servers: tuple[str, ...] = field(metadata=setting(
+        "bootstrap.servers", _servers, "brokers to start from, 'host:port'"))
+    client_id: str = field(default="eosclient", metadata=setting(
+        "client.id", text(), "sent in every request header"))
+    request_timeout_ms: int = field(default=30_000, metadata=setting(
+        "request.timeout.ms", integer(1),
+        "a request's answer deadline; the connection is closed when it passes"))
+    retry_backoff_ms: int = field(default=100, metadata=setting(
+        "retry.backoff.ms", integer(0), "first wait before a retry, doubled per attempt"))
+    retry_backoff_max_ms: int = field(default=1_000, metadata=setting(
+        "retry.backoff.max.ms", integer(0), "the cap on a retry's wait"))
+    reconnect_backoff_ms: int = field(default=50, metadata=setting(
+        "reconnect.backoff.ms", integer(0), "first wait before reconnecting to a broker"))
+    reconnect_backoff_max_ms: int = field(default=1_000, metadata=setting(
+        "reconnect.backoff.max.ms", integer(0), "the cap on a reconnect's wait"))
+    socket_connection_setup_timeout_ms: int = field(default=10_000, metadata=setting(
+        "socket.connection.setup.timeout.ms", integer(1),
+        "connect plus ApiVersions handshake deadline"))
+    metadata_max_age_ms: int = field(default=300_000, metadata=setting(
+        "metadata.max.age.ms", integer(0), "metadata older than this is refreshed"))
+
+    def __post_init__(self) -> None:
+        for spec in dataclasses.fields(self):
+            value = getattr(self, spec.name)
+            object.__setattr__(self, spec.name, spec.metadata["check"](value, spec.name))
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """Checks across settings; named by Kafka key, as the docs list them."""
+        pairs = (("retry.backoff.max.ms", self.retry_backoff_max_ms, self.retry_backoff_ms),
+                 ("reconnect.backoff.max.ms", self.reconnect_backoff_max_ms,
+                  self.reconnect_backoff_ms))
+        for key, top, base in pairs:
+            if top < base:
+                raise ConfigError(f"must be at least the initial backoff ({base}), got {top}",
+                                  key=key)
+
+    @classmethod
+    def keys(cls) -> dict[str, str]:
+        """Kafka key -> attribute name, for every setting of this class."""
+        return {f.metadata["key"]: f.name for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_kafka(cls: type[_C], config: Mapping[str, object]) -> _C:
+        """Build from Kafka's dotted keys alone (``{"bootstrap.servers": ..., ...}``).
+
+        Raises:
+            ConfigError: an unknown key, a wrong type or an out-of-range value.
+        """
+        return build(cls, {}, config)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProducerConfig(ClientConfig):
+    """The producer's settings; Kafka's names and defaults unless noted.
+
+    Raises:
+        ConfigError: a setting is of the wrong type or out of range (``.key`` names it).
+    """
+
+    transactional_id: str | None = field(default=None, metadata=setting(
+        "transactional.id", text(optional=True), "None makes an idempotent producer"))
+    transaction_timeout_ms: int = field(default=60_000, metadata=setting(
+        "transaction.timeout.ms", integer(1), "sent with InitProducerId"))
+    acks: int = field(default=-1, metadata=setting("acks", _acks, "must be all (-1)"))
+    enable_idempotence: bool = field(default=True, metadata=setting(
+        "enable.idempotence", _idempotence, "must be True"))
+    linger_ms: float = field(default=5.0, metadata=setting(
+        "linger.ms", number(0.0), "how long a batch that is not full waits for more records"))
+    batch_size: int = field(default=16_384, metadata=setting(
+        "batch.size", integer(1), "bytes per batch"))
+    max_request_size: int = field(default=1_048_576, metadata=setting(
+        "max.request.size", integer(1), "largest record, and the byte budget of one request"))
+    compression_type: str = field(default="none", metadata=setting(
+        "compression.type", _compression, "none, gzip, snappy, lz4 or zstd"))
+    delivery_timeout_ms: int = field(default=120_000, metadata=setting(
+        "delivery.timeout.ms", integer(1), "from send() to giving up on a record"))
+    max_in_flight_requests_per_connection: int = field(default=5, metadata=setting(
+        "max.in.flight.requests.per.connection", integer(1, _MAX_IN_FLIGHT),
+        "Produce requests in flight per broker (and batches per partition), at most 5"))
+    max_block_ms: int = field(default=60_000, metadata=setting(
+        "max.block.ms", integer(0),
+        "default timeout of blocking calls and of waiting for a topic's metadata in send()"))
+    partitioner: Partitioner = field(default=default_partitioner, metadata=setting(
+        "partitioner", function(),
+        "(topic, key bytes, partitions) -> partition, or None for the sticky partition"))
+    key_serializer: Serializer | None = field(default=None, metadata=setting(
+        "key.serializer", function(optional=True), "key object -> bytes"))
+    value_serializer: Serializer | None = field(default=None, metadata=setting(
+        "value.serializer", function(optional=True), "value object -> bytes"))
+
+    @property
+    def transactional(self) -> bool:
+        """Whether a transactional.id is set (False: an idempotent producer)."""
+        return self.transactional_id is not None
+
+    def _check_together(self) -> None:
+        ClientConfig._check_together(self)
+        least = self.linger_ms + self.request_timeout_ms
+        if self.delivery_timeout_ms < least:
+            raise ConfigError(
+                f"must be at least linger.ms + request.timeout.ms ({least:g}), got "
+                f"{self.delivery_timeout_ms}", key="delivery.timeout.ms")
+
+
+def build(cls: type[_C], given: Mapping[str, object], config: Mapping[str, object] | None) -> _C:
+    """A config of ``cls`` from keyword settings and a dict of Kafka's dotted keys.
+
+    Args:
+        cls: :class:`ProducerConfig` (or another :class:`ClientConfig`).
+        given: Attribute name -> value for the keywords the caller passed (None values are
+            taken as "not given" and skipped).
+        config: Kafka key -> value, or None.
+
+    Returns:
+        The config, every setting checked.
+
+    Raises:
+        ConfigError: an unknown key (the nearest known one suggested), a key given as both a
+            keyword and a dotted key with different values, a wrong type or a bad value.
+    """
+    keys = cls.keys()
+    specs = {f.name: f for f in dataclasses.fields(cls)}
+    values: dict[str, object] = {}
+    spelled: dict[str, str] = {}
+    for name, value in given.items():
+        if value is not None:
+            values[name] = specs[name].metadata["check"](value, name)
+            spelled[name] = name
+    for key, value in (config or {}).items():
+        target = keys.get(key) if isinstance(key, str) else None
+        if target is None:
+            raise ConfigError(_unknown(key, keys), key=str(key))
+        checked = specs[target].metadata["check"](value, key)
+        if target in values and values[target] != checked:
+            raise ConfigError(f"given twice with different values: {spelled[target]}="
+                              f"{values[target]!r} and {key!r}: {value!r}", key=key)
+        values[target], spelled[target] = checked, key
+    try:
+        return cls(**values)  # type: ignore[arg-type]
+    except TypeError as exc:  # a required setting is missing
+        missing = [k for k, n in keys.items() if specs[n].default is dataclasses.MISSING
+                   and n not in values]
+        raise ConfigError(f"is required ({exc})", key=missing[0] if missing else "?") from None
+
+
+def _unknown(key: object, keys: Mapping[str, str]) -> str:
+    if not isinstance(key, str):
+        return f"setting keys are str, got {_type_name(key)}"
+    candidates = [*keys, *keys.values()]
+    near = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    hint = ""
+    if near:
+        suggestion = near[0] if near[0] in keys else next(k for k, n in keys.items()
+                                                           if n == near[0])
+        hint = f"; did you mean {suggestion!r}?"
+    return f"unknown setting {key!r}{hint}"

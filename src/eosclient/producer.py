@@ -1,0 +1,470 @@
+"""The transactional (and idempotent) producer: the public facade over the core and the network.
+
+Threading: any number of application threads may call a producer. Every call takes one lock
+(shared with the producer's single I/O thread, :mod:`eosclient._producer.sender`) for the few
+microseconds it touches the transaction core and the record accumulator; key and value
+serialization and argument checks run before it. Blocking calls (``init_transactions``,
+``commit_transaction``, ``abort_transaction``, ``flush``, ``close``, and ``send`` while a topic's
+metadata is first fetched) wait on a condition of that lock with a deadline, and raise
+:class:`~eosclient.errors.KafkaTimeoutError` when it passes; the work goes on, and the same call
+made again resumes it. The I/O thread starts with the producer; delivery futures are resolved by
+it after it released the lock, so their callbacks may call the producer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import weakref
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from eosclient._core.partitioner import Partitioner
+from eosclient._core.records import DeliveryHandle, Record, RecordChecker, Serializer
+from eosclient._core.txn import Completion, State
+from eosclient._core.types import TopicPartition
+from eosclient._producer import args
+from eosclient._producer.results import DeliveryFuture, RecordMetadata
+from eosclient._producer.routing import Groups, Router
+from eosclient._producer.sender import Sender
+from eosclient.config import ProducerConfig, build
+from eosclient.errors import (
+    AbortableError,
+    ConfigError,
+    EosError,
+    FatalError,
+    FencedError,
+    IllegalStateError,
+    KafkaTimeoutError,
+)
+from eosclient.group_metadata import ConsumerGroupMetadata
+
+__all__ = ["TransactionalProducer"]
+
+log = logging.getLogger("eosclient.producer")
+
+_GRACE = 1.0  # seconds past a deadline before a caller stops waiting for the I/O thread
+_DEAD = frozenset({State.FENCED, State.FATAL, State.CLOSED})
+
+
+class TransactionalProducer:
+    """A Kafka producer whose records are written exactly once, in transactions.
+
+    With a ``transactional_id`` it is transactional: ``init_transactions()`` once, then
+    ``begin_transaction()`` ... ``send()`` ... ``commit_transaction()`` (or the
+    :meth:`transaction` block). Without one it is an idempotent producer: ``send()`` at any time,
+    retries deduplicated by the broker, no transactions.
+
+    Args:
+        bootstrap_servers: ``"host:port,host:port"`` or a list of ``"host:port"``.
+        transactional_id: Identifies the producer across restarts; None for idempotent only.
+        transaction_timeout_ms: ``transaction.timeout.ms``.
+        client_id: ``client.id``.
+        linger_ms: ``linger.ms``.
+        batch_size: ``batch.size``.
+        compression_type: ``compression.type``: none, gzip, snappy, lz4 or zstd.
+        request_timeout_ms: ``request.timeout.ms``.
+        delivery_timeout_ms: ``delivery.timeout.ms``.
+        max_block_ms: ``max.block.ms``: the default timeout of blocking calls.
+        key_serializer: Turns keys into bytes (default: keys must be bytes-like or None).
+        value_serializer: Turns values into bytes (default: bytes-like or None).
+        partitioner: ``(topic, key bytes, partitions) -> partition or None`` (None: sticky);
+            the default is murmur2 for keys, like the Java client.
+        config: Any setting by Kafka's dotted key (``{"linger.ms": 5}``), or a whole
+            :class:`~eosclient.config.ProducerConfig` (then pass no other setting).
+
+    Raises:
+        ConfigError: an unknown key (named, with the nearest known one), a wrong type, a bad
+            value, or one setting given twice with different values. Nothing was started.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str] | None = None,
+        *,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int | None = None,
+        client_id: str | None = None,
+        linger_ms: float | None = None,
+        batch_size: int | None = None,
+        compression_type: str | None = None,
+        request_timeout_ms: int | None = None,
+        delivery_timeout_ms: int | None = None,
+        max_block_ms: int | None = None,
+        key_serializer: Serializer | None = None,
+        value_serializer: Serializer | None = None,
+        partitioner: Partitioner | None = None,
+        config: Mapping[str, object] | ProducerConfig | None = None,
+    ) -> None:
+        given = {k: v for k, v in locals().items() if k not in ("self", "config")}
+        self.config = _config(given, config)
+        cfg = self.config
+        self._checker = RecordChecker(key_serializer=cfg.key_serializer,
+                                      value_serializer=cfg.value_serializer,
+                                      max_request_size=cfg.max_request_size)
+        self._sender = sender = Sender(cfg)
+        self._lock, self._changed = sender.lock, sender.changed
+        self._core, self._acc, self._metadata = sender.core, sender.acc, sender.metadata
+        self._router = Router(sender)
+        self._linger = cfg.linger_ms / 1000
+        self._closed = False
+        if not cfg.transactional:
+            self._core.init(time.monotonic(), float("inf"))  # idempotent: a producer id now
+        sender.start()
+        self._finalizer = weakref.finalize(self, sender.stop)
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Get a producer id and epoch, fencing any older instance with this transactional.id.
+
+        A transaction the older instance left open is completed or aborted by the coordinator
+        first. Called again after a timeout, it resumes; in COMMITTING or ABORTING it gives up
+        on that transaction's outcome and re-initialises.
+
+        Raises:
+            KafkaTimeoutError: not done within ``timeout`` (default ``max.block.ms``); the
+                work goes on, call again to resume.
+            FencedError: a newer instance took over the transactional.id; close this one.
+            FatalError: e.g. not authorised; close, fix the configuration.
+            IllegalStateError: not allowed in this state (e.g. a transaction is open).
+        """
+        self._blocking(self._core.init, timeout)
+
+    def begin_transaction(self, partitions: Iterable[TopicPartition] | None = None,
+                          group_id: str | None = None) -> None:
+        """Open a transaction; never waits.
+
+        Args:
+            partitions: Pre-register these partitions (KIP-609 style): one AddPartitionsToTxn
+                goes out at once, overlapping the application's work; ``send()`` to any other
+                partition then raises :class:`~eosclient.errors.UnknownPartitionError`.
+            group_id: Pre-register the consumer group whose offsets this transaction commits;
+                ``send_offsets_to_transaction`` for another group then raises
+                :class:`~eosclient.errors.InvalidGroupIdError`.
+
+        Raises:
+            IllegalStateError: not initialised, a transaction is open, an EndTxn outcome is
+                still unknown, or the producer is idempotent only; nothing changed.
+            AbortableError: the previous transaction failed and was not aborted; nothing changed.
+            FencedError: fenced (FatalError likewise); close the producer.
+        """
+        declared = args.partitions_of(partitions)
+        group = args.group_id_of(group_id)
+        with self._lock:
+            self._check_open()
+            self._core.begin(time.monotonic(), partitions=declared, group_id=group)
+            if declared:
+                self._metadata.want({tp.topic for tp in declared})
+            self._sender.wake()
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group_metadata_or_group_id: ConsumerGroupMetadata | str,
+    ) -> None:
+        """Commit consumer offsets as part of the open transaction (KIP-447).
+
+        Does not wait: the TxnOffsetCommit goes out once the group is registered, and
+        ``commit_transaction()`` waits for it (its errors surface there).
+
+        Args:
+            offsets: The next offset to read per input partition.
+            group_metadata_or_group_id: The consumer's :class:`ConsumerGroupMetadata` (so a
+                zombie consumer's commit is refused), or a bare group id.
+
+        Raises:
+            InvalidGroupIdError: another group was pre-registered, or the group is empty.
+            IllegalStateError: no transaction is open; nothing changed.
+            AbortableError: the transaction failed (FencedError/FatalError likewise).
+            TypeError, ValueError: ``offsets`` is not a mapping of TopicPartition to int >= 0.
+        """
+        checked = args.offsets_of(offsets)
+        group = args.group_of(group_metadata_or_group_id)
+        with self._lock:
+            self._check_open()
+            self._core.send_offsets(checked, group, time.monotonic(), float("inf"))
+            self._sender.wake()
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send what is queued, then commit the transaction (EndTxn).
+
+        Raises:
+            KafkaTimeoutError: not done within ``timeout`` (default ``max.block.ms``); the
+                outcome may be unknown; call again to resume the same commit.
+            AbortableError: the transaction failed: call ``abort_transaction()``.
+            FencedError: another instance took over; close this one. FatalError likewise.
+            IllegalStateError: no transaction is open, or it is being aborted.
+        """
+        self._blocking(self._core.commit, timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: unsent records fail, EndTxn(abort), and a KIP-360 epoch bump
+        when the failure broke a partition's sequence. Then the producer is READY again.
+
+        Raises:
+            KafkaTimeoutError: not done within ``timeout``; call again to resume the abort.
+            FencedError: another instance took over; close this one. FatalError likewise.
+            IllegalStateError: no transaction is open, or a commit is in progress.
+        """
+        self._blocking(self._core.abort, timeout)
+
+    @contextlib.contextmanager
+    def transaction(self, partitions: Iterable[TopicPartition] | None = None,
+                    group_id: str | None = None, *, timeout: float | None = None,
+                    ) -> Iterator[TransactionalProducer]:
+        """A transaction as a block: commits when it ends, aborts on any exception.
+
+        The exception is re-raised after the abort. A commit that fails with an
+        :class:`~eosclient.errors.AbortableError` is aborted too, then re-raised.
+
+        Args:
+            partitions: As in :meth:`begin_transaction`.
+            group_id: As in :meth:`begin_transaction`.
+            timeout: For the commit or abort (default ``max.block.ms``).
+        """
+        self.begin_transaction(partitions=partitions, group_id=group_id)
+        try:
+            yield self
+        except BaseException as exc:
+            self._abort_after(exc, timeout)
+            raise
+        try:
+            self.commit_transaction(timeout)
+        except AbortableError as exc:
+            self._abort_after(exc, timeout)
+            raise
+
+    # -- records --------------------------------------------------------------------------------
+
+    def send(self, topic: str, value: object, key: object = None, *,
+             partition: int | None = None, headers: Sequence[tuple[str, Any]] | None = None,
+             timestamp_ms: int | None = None) -> Future[RecordMetadata]:
+        """Queue one record; the future says where it was written.
+
+        Args:
+            topic: The topic.
+            value: bytes-like or None (or what ``value_serializer`` takes).
+            key: bytes-like or None (or what ``key_serializer`` takes); picks the partition
+                with murmur2 when ``partition`` is None.
+            partition: The partition; None lets the partitioner choose.
+            headers: ``(str, bytes | None)`` pairs.
+            timestamp_ms: CreateTime in ms since the epoch (default: now).
+
+        Returns:
+            A future of :class:`RecordMetadata`; it fails if the transaction is aborted.
+
+        Raises:
+            RecordTypeError: a key, value, header, topic or timestamp of the wrong type.
+            RecordTooLargeError: the record exceeds ``max.request.size``.
+            UnknownPartitionError: the partition does not exist, or was not declared at
+                ``begin_transaction(partitions=...)``.
+            IllegalStateError: no transaction is open, or the producer is closed.
+            AbortableError: the transaction failed (FencedError/FatalError likewise).
+            KafkaTimeoutError: the topic's metadata did not arrive within ``max.block.ms``.
+            Nothing was queued when any of these is raised.
+        """
+        name, number = args.topic_of(topic), args.partition_of(partition)
+        stamp = _now_ms() if timestamp_ms is None else timestamp_ms
+        record = self._checker.one(key, value, headers, stamp)
+        with self._lock:
+            self._check_open()
+            tp = self._router.target(name, number, record.key)
+            generation = self._core.send(tp)
+            now = time.monotonic()
+            handle = self._acc.append_record(tp, record, now=now, generation=generation)
+            self._nudge(now, _size(record))
+            future: DeliveryFuture[RecordMetadata] = DeliveryFuture(
+                handle, self._sender.settled, True)
+            if not handle.done():
+                future.watch()
+                return future
+        future.resolve()
+        return future
+
+    def send_batch(self, topic: str, values: Sequence[object],
+                   keys: Sequence[object] | None = None,
+                   partition: int | None = None) -> Future[list[RecordMetadata]]:
+        """Queue many header-less records at once (the fast path); one future for all.
+
+        Every record is checked before any is queued. Keyless records without a partition go
+        to one partition (the sticky one); keyed ones are spread by the partitioner.
+
+        Returns:
+            A future of one :class:`RecordMetadata` per run of consecutive records written
+            together (``record_count`` says how many); it fails if any record is lost.
+
+        Raises:
+            The same as :meth:`send`, and ValueError if ``keys`` and ``values`` differ in
+            length. Nothing was queued when any is raised.
+        """
+        number = args.partition_of(partition)
+        name = args.topic_of(topic)
+        pairs = self._checker.many(values, keys)
+        stamp = _now_ms()
+        with self._lock:
+            self._check_open()
+            groups = self._router.group(name, number, pairs, keyed=keys is not None)
+            generation = 0
+            for tp in groups:  # every partition checked before any record is queued
+                generation = self._core.send(tp)
+            now = time.monotonic()
+            handle = self._append_groups(groups, stamp, now, generation)
+            if handle is None:  # no records: done at once
+                done: Future[list[RecordMetadata]] = Future()
+                done.set_result([])
+                return done
+            self._nudge(now, self.config.batch_size)
+            future: DeliveryFuture[list[RecordMetadata]] = DeliveryFuture(
+                handle, self._sender.settled, False)
+            if not handle.done():
+                future.watch()
+                return future
+        future.resolve()
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send every queued record now and wait until each is written or failed.
+
+        Returns early if the open transaction failed (its records fail on abort).
+
+        Raises:
+            KafkaTimeoutError: records are still pending after ``timeout``; they stay queued.
+            IllegalStateError: the producer is closed.
+        """
+        seconds = args.timeout_of(timeout, self.config.max_block_ms)
+        deadline = time.monotonic() + seconds
+        with self._lock:
+            self._check_open()
+            self._sender.flushing += 1
+            self._sender.wake()
+            try:
+                while self._sender.incomplete() and self._core.state is not State.ABORTABLE_ERROR:
+                    self._sender.check_alive()
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise KafkaTimeoutError(f"flush(): records still pending after "
+                                                f"{seconds:g} s; they stay queued")
+                    self._changed.wait(remaining)
+            finally:
+                self._sender.flushing -= 1
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def close(self, timeout: float | None = None) -> None:
+        """Finish or abort what is open, fail what is left, stop the I/O thread. Idempotent.
+
+        A transaction still open is aborted (a commit in progress is resumed); an idempotent
+        producer flushes first. Failures on the way are not raised: closing always closes.
+        Called from a delivery future's callback (the I/O thread), it only stops: records still
+        pending fail with IllegalStateError.
+        """
+        seconds = args.timeout_of(timeout, self.config.max_block_ms)
+        deadline = time.monotonic() + seconds
+        with self._lock:
+            if self._closed:
+                return
+            state = self._core.state
+        if not self._sender.in_io_thread():  # a future's callback cannot wait for itself
+            with contextlib.suppress(EosError):
+                self._finish(state, max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            self._closed = True
+            self._core.close()
+            self._sender.stop()
+        self._sender.join(max(0.1, deadline - time.monotonic()))
+        self._finalizer.detach()
+
+    def __enter__(self) -> TransactionalProducer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        kind = f"transactional_id={self.config.transactional_id!r}" \
+            if self.config.transactional else "idempotent"
+        return f"<TransactionalProducer {kind} state={self._core.state.name}>"
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the producer is closed")
+        self._sender.check_alive()
+
+    def _blocking(self, call: Any, timeout: float | None) -> None:
+        """Run a core call that returns a Completion, and wait for it (under the lock)."""
+        seconds = args.timeout_of(timeout, self.config.max_block_ms)
+        with self._lock:
+            self._check_open()
+            now = time.monotonic()
+            completion: Completion = call(now, now + seconds)
+            self._sender.wake()
+            self._wait(completion, now + seconds)
+
+    def _wait(self, completion: Completion, deadline: float) -> None:
+        while not completion.done:
+            self._sender.check_alive()
+            remaining = deadline + _GRACE - time.monotonic()
+            if remaining <= 0:
+                raise KafkaTimeoutError(f"{completion.call.value}: the deadline passed; the "
+                                        f"work goes on, call again to resume")
+            self._changed.wait(remaining)
+        completion.result()
+
+    def _append_groups(self, groups: Groups, stamp: int, now: float,
+                       generation: int) -> DeliveryHandle | None:
+        handle = None
+        for tp, (vals, ks) in groups.items():
+            handle = self._acc.append_many(tp, vals, ks, timestamp_ms=stamp, now=now,
+                                           generation=generation, handle=handle)
+        return handle
+
+    def _nudge(self, now: float, size: int) -> None:
+        """Wake the I/O thread if what was just queued may be due before it wakes anyway."""
+        sender = self._sender
+        if sender.sleeping:
+            sender.pending_bytes += size
+            if sender.pending_bytes >= self.config.batch_size or \
+                    sender.wake_at > now + self._linger:
+                sender.wake()
+
+    def _abort_after(self, exc: BaseException, timeout: float | None) -> None:
+        if isinstance(exc, FencedError | FatalError) or self._core.state in _DEAD:
+            return
+        try:
+            self.abort_transaction(timeout)
+        except EosError as abort_error:
+            exc.add_note(f"abort_transaction() after the failure also failed: {abort_error!r}")
+
+    def _finish(self, state: State, seconds: float) -> None:
+        """close()'s attempt to leave nothing open behind."""
+        if not self.config.transactional:
+            self.flush(seconds)
+        elif state in (State.IN_TRANSACTION, State.ABORTABLE_ERROR, State.ABORTING):
+            log.info("close(): aborting the open transaction")
+            self.abort_transaction(seconds)
+        elif state is State.COMMITTING:
+            self.commit_transaction(seconds)
+
+
+def _config(given: dict[str, Any], config: Mapping[str, object] | ProducerConfig | None,
+            ) -> ProducerConfig:
+    if isinstance(config, ProducerConfig):
+        extra = sorted(k for k, v in given.items() if v is not None)
+        if extra:
+            raise ConfigError("pass settings either in the ProducerConfig or as keywords, "
+                              f"not both: {', '.join(extra)}", key=extra[0])
+        return config
+    return build(ProducerConfig, given, config)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _size(record: Record) -> int:
+    return (len(record.value) if record.value else 0) + (len(record.key) if record.key else 0)

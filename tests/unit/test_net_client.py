@@ -1,0 +1,277 @@
+"""The selector loop (eosclient._net.client / node) against a scripted fake broker on loopback.
+
+The fake answers ApiVersions itself and every other request through a script the test gives:
+a response object, DROP (never answer), or CLOSE (cut the connection). No real broker.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from eosclient._net.client import Answer, NetworkClient
+from eosclient._protocol.apis import APIS, api_for
+from eosclient._protocol.framing import FrameDecoder
+from eosclient.config import ClientConfig
+from eosclient.errors import ApiKey, KafkaConnectionError, KafkaTimeoutError
+from eosclient.testing._proxy_rules import encode_response
+
+DROP, CLOSE = "drop", "close"
+METADATA = APIS[ApiKey.METADATA]
+_HEADER = struct.Struct(">hhi")
+
+
+def metadata_response(port: int, topics: dict[str, int] | None = None) -> Any:
+    cls = METADATA.response
+    broker = cls.fields["brokers"].data_class
+    topic = cls.fields["topics"].data_class
+    part = topic.fields["partitions"].data_class
+    return cls(
+        brokers=[broker(node_id=7, host="127.0.0.1", port=port, rack=None)],
+        topics=[topic(error_code=0, name=name, is_internal=False, partitions=[
+            part(error_code=0, partition_index=p, leader_id=7, leader_epoch=0, replica_nodes=[7],
+                 isr_nodes=[7], offline_replicas=[]) for p in range(count)])
+            for name, count in (topics or {}).items()],
+        cluster_id="fake", controller_id=7, throttle_time_ms=0)
+
+
+class FakeBroker:
+    """Answers ApiVersions; everything else as ``script(api_key, request)`` says."""
+
+    def __init__(self, script: Callable[[ApiKey, Any], Any]) -> None:
+        self.script = script
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.server.getsockname()[1]
+        self.seen: list[ApiKey] = []
+        self.connections = 0
+        self.handshake = True
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        decoder = FrameDecoder()
+        with conn:
+            while data := _recv(conn):
+                for frame in decoder.feed(data):
+                    if not self._answer(conn, frame):
+                        return
+
+    def _answer(self, conn: socket.socket, frame: bytes) -> bool:
+        key, version, correlation_id = _HEADER.unpack_from(frame)
+        api = api_for(key)
+        request = api.request.decode(frame, version=version, header=True)
+        self.seen.append(ApiKey(key))
+        if key == ApiKey.API_VERSIONS:
+            if not self.handshake:
+                return True
+            reply = versions_response()
+        else:
+            reply = self.script(ApiKey(key), request)
+        if reply is CLOSE:
+            return False
+        if reply is not DROP:
+            conn.sendall(encode_response(api, reply, version, correlation_id))
+        return True
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def _recv(conn: socket.socket) -> bytes:
+    try:
+        return conn.recv(65536)
+    except OSError:
+        return b""
+
+
+def versions_response() -> Any:
+    api = APIS[ApiKey.API_VERSIONS]
+    entry = api.response.fields["api_keys"].data_class
+    return api.response(error_code=0, throttle_time_ms=0, api_keys=[
+        entry(api_key=int(k), min_version=a.min_version, max_version=a.max_version)
+        for k, a in APIS.items()])
+
+
+@pytest.fixture
+def fake() -> Iterator[Callable[[Callable[[ApiKey, Any], Any]], FakeBroker]]:
+    made: list[FakeBroker] = []
+
+    def make(script: Callable[[ApiKey, Any], Any]) -> FakeBroker:
+        made.append(FakeBroker(script))
+        return made[-1]
+
+    yield make
+    for broker in made:
+        broker.close()
+
+
+def client_for(port: int, **settings: Any) -> NetworkClient:
+    return NetworkClient(ClientConfig(bootstrap_servers=(f"127.0.0.1:{port}",), **settings))
+
+
+def run(client: NetworkClient, wanted: int, rounds: int = 200) -> list[Answer]:
+    """Poll until ``wanted`` answers arrived (each poll waits at most 0.05 s)."""
+    answers: list[Answer] = []
+    for _ in range(rounds):
+        answers.extend(client.poll(0.05))
+        if len(answers) >= wanted:
+            break
+    return answers
+
+
+def metadata_request() -> Any:
+    return METADATA.request(topics=[], allow_auto_topic_creation=False,
+                            include_cluster_authorized_operations=False,
+                            include_topic_authorized_operations=False)
+
+
+def collect(into: list[Answer]) -> Callable[[Answer], None]:
+    return into.append
+
+
+def test_requests_wait_for_the_handshake_then_pipeline_in_order(fake: Any) -> None:
+    broker = fake(lambda key, request: metadata_response(0))
+    client = client_for(broker.port)
+    requests = [metadata_request() for _ in range(3)]
+    for request in requests:
+        client.send(None, request, lambda answer: None)
+    answers = run(client, 3)
+    assert [a.request for a in answers] == requests
+    assert all(a.error is None and a.node_id == -1 for a in answers)
+    assert broker.seen == [ApiKey.API_VERSIONS] + [ApiKey.METADATA] * 3
+    assert broker.connections == 1
+    client.close()
+
+
+def test_sockets_use_tcp_nodelay(fake: Any) -> None:
+    broker = fake(lambda key, request: metadata_response(0))
+    client = client_for(broker.port)
+    client.send(None, metadata_request(), lambda answer: None)
+    run(client, 1)
+    conn = client._conns[-1]
+    assert conn.sock is not None
+    assert conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    client.close()
+
+
+def test_a_request_timeout_fails_it_and_cuts_the_connection(fake: Any) -> None:
+    calls = []
+
+    def script(key: ApiKey, request: Any) -> Any:
+        calls.append(key)
+        return DROP if len(calls) <= 2 else metadata_response(0)
+
+    broker = fake(script)
+    client = client_for(broker.port, request_timeout_ms=200, reconnect_backoff_ms=0)
+    first, second = metadata_request(), metadata_request()
+    client.send(None, first, lambda answer: None)
+    client.send(None, second, lambda answer: None, timeout=30)
+    answers = {id(a.request): a for a in run(client, 2)}
+    assert isinstance(answers[id(first)].error, KafkaTimeoutError)
+    assert isinstance(answers[id(second)].error, KafkaConnectionError)  # cut with the first
+    assert not client.ready(-1)
+    client.send(None, metadata_request(), lambda answer: None)  # a new connection works
+    [again] = run(client, 1)
+    assert again.error is None and broker.connections == 2
+    client.close()
+
+
+def test_a_skipped_correlation_id_closes_the_connection(fake: Any) -> None:
+    calls = []
+
+    def script(key: ApiKey, request: Any) -> Any:
+        calls.append(key)
+        return DROP if len(calls) == 1 else metadata_response(0)  # the 2nd answer comes first
+
+    client = client_for(fake(script).port)
+    for _ in range(2):
+        client.send(None, metadata_request(), lambda answer: None)
+    answers = run(client, 2)
+    assert [type(a.error) for a in answers] == [KafkaConnectionError] * 2
+    assert "correlation id" in str(answers[0].error.__cause__)  # type: ignore[union-attr]
+    client.close()
+
+
+def test_a_cut_connection_fails_what_is_in_flight(fake: Any) -> None:
+    client = client_for(fake(lambda key, request: CLOSE).port)
+    client.send(None, metadata_request(), lambda answer: None)
+    [answer] = run(client, 1)
+    assert isinstance(answer.error, KafkaConnectionError)
+    client.close()
+
+
+def test_refused_connections_back_off_exponentially() -> None:
+    with socket.socket() as holder:  # a port nobody listens on
+        holder.bind(("127.0.0.1", 0))
+        port = holder.getsockname()[1]
+    client = client_for(port, reconnect_backoff_ms=100, reconnect_backoff_max_ms=1_000)
+    waits = []
+    for _ in range(3):
+        client.send(-1, metadata_request(), lambda answer: None)
+        [answer] = run(client, 1, rounds=100)
+        assert isinstance(answer.error, KafkaConnectionError)
+        waits.append(client._not_before[-1] - client._clock())
+    assert waits[0] < waits[1] < waits[2] <= 1.0
+
+
+def test_setup_times_out_when_the_handshake_is_never_answered(fake: Any) -> None:
+    broker = fake(lambda key, request: metadata_response(0))
+    broker.handshake = False
+    client = client_for(broker.port, socket_connection_setup_timeout_ms=200)
+    client.send(None, metadata_request(), lambda answer: None)
+    [answer] = run(client, 1)
+    assert isinstance(answer.error, KafkaConnectionError) and "setup" in str(answer.error)
+    client.close()
+
+
+def test_metadata_names_nodes_and_leaders(fake: Any) -> None:
+    broker = fake(lambda key, request: metadata_response(broker.port, {"t": 3}))
+    client = client_for(broker.port)
+    client.metadata.want(["t"])
+    client.maybe_update_metadata(client._clock())
+    for answer in run(client, 1):
+        answer.on_done(answer)
+    assert client.metadata.partition_count("t") == 3
+    assert set(client.metadata.leaders().values()) == {7}
+    client.send(7, metadata_request(), lambda answer: None)  # node 7, by its own address
+    [answer] = run(client, 1)
+    assert answer.error is None and answer.node_id == 7
+    assert client.least_loaded(client._clock()) in (-1, 7)
+    client.close()
+
+
+def test_wakeup_from_another_thread_ends_a_poll(fake: Any) -> None:
+    client = client_for(fake(lambda key, request: DROP).port)
+    done = threading.Event()
+
+    def poll() -> None:
+        client.poll(60)
+        done.set()
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    client.wakeup()
+    assert done.wait(30)
+    client.close()
+
+
+def test_close_fails_everything_and_is_idempotent(fake: Any) -> None:
+    client = client_for(fake(lambda key, request: DROP).port)
+    client.send(None, metadata_request(), lambda answer: None)
+    run(client, 0, rounds=2)
+    [answer] = client.close()
+    assert isinstance(answer.error, KafkaConnectionError)
+    assert client.close() == []
