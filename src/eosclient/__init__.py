@@ -10,10 +10,12 @@ __version__ = "0.1.0.dev0"
 
 from eosclient._core.types import TopicPartition
 from eosclient._producer.results import RecordMetadata
-from eosclient.config import ClientConfig, ProducerConfig
+from eosclient.config import ClientConfig, ConsumerConfig, ProducerConfig
+from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer
 from eosclient.errors import (
     AbortableError,
     ConfigError,
+    CorruptRecordError,
     EosError,
     EpochBumpRequiredError,
     FatalError,
@@ -38,7 +40,10 @@ __all__ = [
     "AbortableError",
     "ClientConfig",
     "ConfigError",
+    "ConsumerConfig",
     "ConsumerGroupMetadata",
+    "ConsumerRecord",
+    "CorruptRecordError",
     "EosError",
     "EpochBumpRequiredError",
     "FatalError",
@@ -50,6 +55,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "ProducerConfig",
     "ProtocolError",
+    "ReadCommittedConsumer",
     "RecordMetadata",
     "RecordTooLargeError",
     "RecordTypeError",

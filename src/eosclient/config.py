@@ -8,8 +8,9 @@ with a :class:`~eosclient.errors.ConfigError` that names the key as the caller s
 suggests the nearest known key for a typo), never later in the I/O thread.
 
 :class:`ClientConfig` holds what every client needs (brokers, timeouts, backoff, metadata);
-:class:`ProducerConfig` adds the producer's settings. :func:`build` merges keywords and a dotted
-dict, refusing the same setting given twice with different values.
+:class:`ProducerConfig` adds the producer's settings, :class:`ConsumerConfig` the consumer's.
+:func:`build` merges keywords and a dotted dict, refusing the same setting given twice with
+different values.
 
 Values are not coerced from strings: ``"linger.ms": "5"`` is a type error, as the Python API is
 typed. The exceptions are the few settings Kafka users habitually write as words (``acks``).
@@ -23,11 +24,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from eosclient._core.isolation import DEFAULT_MAX_HELD_BYTES
 from eosclient._core.partitioner import Partitioner, default_partitioner
 from eosclient._core.records import Serializer, compression_for
 from eosclient.errors import ConfigError
 
-__all__ = ["ClientConfig", "ProducerConfig", "build", "setting"]
+__all__ = ["ClientConfig", "ConsumerConfig", "ProducerConfig", "build", "setting"]
 
 Check = Callable[[object, str], object]
 """Validates a value given under a key (as spelled); returns it normalised or raises."""
@@ -129,6 +131,38 @@ def _compression(value: object, key: str) -> object:
         raise ConfigError(f"expected a str, got {_type_name(value)}", key=key)
     compression_for(value)  # unknown names and missing codec packages raise ConfigError
     return value.lower()
+
+
+def choice(*names: str) -> Check:
+    """A check for one of ``names`` (case-insensitive; normalised to lower case)."""
+
+    def check(value: object, key: str) -> object:
+        if not isinstance(value, str) or value.lower() not in names:
+            raise ConfigError(f"must be one of {', '.join(names)}, got {_type_name(value)}",
+                              key=key)
+        return value.lower()
+
+    return check
+
+
+def _assignors(value: object, key: str) -> object:
+    """``"range,roundrobin"`` or a sequence of names -> a tuple of known assignor names."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not items:
+        raise ConfigError(f"expected assignor names, got {_type_name(value)}", key=key)
+    names = tuple(str(i).strip().lower() for i in items)
+    unknown = [n for n in names if n not in ("range", "roundrobin")]
+    if unknown or len(set(names)) != len(names):
+        raise ConfigError(f"known assignors are range and roundrobin (each once), got {value!r}",
+                          key=key)
+    return names
+
+
+def _no_auto_commit(value: object, key: str) -> object:
+    if value is False:
+        return False
+    raise ConfigError("must be False: eosclient consumers commit only when asked (commit() or "
+                      f"send_offsets_to_transaction), got {value!r}", key=key)
 
 
 def setting(key: str, check: Check, doc: str) -> dict[str, Any]:
@@ -249,6 +283,70 @@ class ProducerConfig(ClientConfig):
             raise ConfigError(
                 f"must be at least linger.ms + request.timeout.ms ({least:g}), got "
                 f"{self.delivery_timeout_ms}", key="delivery.timeout.ms")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ConsumerConfig(ClientConfig):
+    """The read_committed consumer's settings; Kafka's names and defaults unless noted.
+
+    Raises:
+        ConfigError: a setting is of the wrong type or out of range (``.key`` names it).
+    """
+
+    group_id: str | None = field(default=None, metadata=setting(
+        "group.id", text(optional=True),
+        "the consumer group; needed by subscribe(), commit() and committed()"))
+    isolation_level: str = field(default="read_committed", metadata=setting(
+        "isolation.level", choice("read_committed", "read_uncommitted"),
+        "read_committed delivers committed records below the LSO only"))
+    auto_offset_reset: str = field(default="latest", metadata=setting(
+        "auto.offset.reset", choice("earliest", "latest", "none"),
+        "where to start without a committed offset (latest = the LSO under read_committed)"))
+    enable_auto_commit: bool = field(default=False, metadata=setting(
+        "enable.auto.commit", _no_auto_commit, "must be False"))
+    fetch_min_bytes: int = field(default=1, metadata=setting(
+        "fetch.min.bytes", integer(0),
+        "a Fetch waits for this many bytes (up to fetch.max.wait.ms)"))
+    fetch_max_wait_ms: int = field(default=500, metadata=setting(
+        "fetch.max.wait.ms", integer(0), "how long a broker may hold a Fetch for fetch.min.bytes"))
+    fetch_max_bytes: int = field(default=52_428_800, metadata=setting(
+        "fetch.max.bytes", integer(1), "bytes one Fetch response may carry"))
+    max_partition_fetch_bytes: int = field(default=1_048_576, metadata=setting(
+        "max.partition.fetch.bytes", integer(1),
+        "bytes per partition per Fetch, and the prefetch buffer per partition"))
+    max_poll_records: int = field(default=500, metadata=setting(
+        "max.poll.records", integer(1), "poll()'s default max_records"))
+    max_poll_interval_ms: int = field(default=300_000, metadata=setting(
+        "max.poll.interval.ms", integer(1),
+        "leave the group if poll() is not called for this long; also the rebalance timeout"))
+    session_timeout_ms: int = field(default=45_000, metadata=setting(
+        "session.timeout.ms", integer(1), "the coordinator drops a member silent for this long"))
+    heartbeat_interval_ms: int = field(default=3_000, metadata=setting(
+        "heartbeat.interval.ms", integer(1), "time between heartbeats"))
+    partition_assignment_strategy: tuple[str, ...] = field(
+        default=("range", "roundrobin"), metadata=setting(
+            "partition.assignment.strategy", _assignors,
+            "assignors offered when joining, preferred first: range, roundrobin"))
+    default_api_timeout_ms: int = field(default=60_000, metadata=setting(
+        "default.api.timeout.ms", integer(0),
+        "the default timeout of blocking calls (position, commit, committed, close, ...)"))
+    max_held_bytes: int = field(default=DEFAULT_MAX_HELD_BYTES, metadata=setting(
+        "read.committed.max.held.bytes", integer(1),
+        "per partition: transactional data held for its marker before scanning (eosclient)"))
+
+    @property
+    def read_committed(self) -> bool:
+        """Whether the isolation level is read_committed."""
+        return self.isolation_level == "read_committed"
+
+    def _check_together(self) -> None:
+        ClientConfig._check_together(self)
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ConfigError(f"must be below session.timeout.ms ({self.session_timeout_ms}), "
+                              f"got {self.heartbeat_interval_ms}", key="heartbeat.interval.ms")
+        if self.fetch_max_wait_ms >= self.request_timeout_ms:
+            raise ConfigError(f"must be below request.timeout.ms ({self.request_timeout_ms}), "
+                              f"got {self.fetch_max_wait_ms}", key="fetch.max.wait.ms")
 
 
 def build(cls: type[_C], given: Mapping[str, object], config: Mapping[str, object] | None) -> _C:

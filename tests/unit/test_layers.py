@@ -22,6 +22,8 @@ FORBIDDEN: dict[str, tuple[set[str], set[str]]] = {
                   {"socket", "selectors", "threading", "asyncio", "ssl"}),
     "_net": ({"eosclient.producer", "eosclient.consumer", "eosclient.testing"}, set()),
     "_producer": ({"eosclient.consumer", "eosclient.processor", "eosclient.testing"}, set()),
+    "_consumer": ({"eosclient.producer", "eosclient._producer", "eosclient.consumer",
+                   "eosclient.group", "eosclient.processor", "eosclient.testing"}, set()),
 }
 
 

@@ -44,6 +44,7 @@ class Metadata:
         self._leaders: dict[TopicPartition, int] = {}
         self._counts: dict[str, int] = {}
         self._errors: dict[str, EosError] = {}
+        self._last_errors: dict[str, EosError] = {}
         self.nodes: dict[int, tuple[str, int]] = {}
         self.updated_at = float("-inf")  # the last successful answer
         self._attempted_at = float("-inf")
@@ -64,6 +65,11 @@ class Metadata:
     def topic_error(self, topic: str) -> EosError | None:
         """The non-retriable error the last answer gave for ``topic``, if any."""
         return self._errors.get(topic)
+
+    def last_error(self, topic: str) -> EosError | None:
+        """The error the last answer gave for ``topic``, retriable ones included (a consumer
+        assigned a topic that does not exist is told UNKNOWN_TOPIC_OR_PARTITION), or None."""
+        return self._last_errors.get(topic)
 
     def leaders(self) -> Mapping[TopicPartition, int]:
         """Every known partition's leader."""
@@ -125,12 +131,14 @@ class Metadata:
         name = topic.name
         if not is_success(ApiKey.METADATA, topic.error_code):
             error = error_for(ApiKey.METADATA, topic.error_code)
+            self._last_errors[name] = error
             if isinstance(error, RetriableError):
                 self._forced = True
             else:
                 self._errors[name] = error
             return
         self._errors.pop(name, None)
+        self._last_errors.pop(name, None)
         self._counts[name] = len(topic.partitions)
         for part in topic.partitions:
             tp = TopicPartition(name, part.partition_index)

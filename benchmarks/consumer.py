@@ -1,0 +1,352 @@
+"""The consumer benchmark: eosclient beside confluent-kafka and kafka-python, in one run.
+
+Run: ``.venv/bin/python benchmarks/consumer.py [--quick] [--repeat 1] [--json out.json]``.
+
+Method
+------
+**throughput** (noida-db): one topic of 4 partitions holds ``--transactions`` transactions of
+``--records`` 100-byte records each (spread over the partitions), written by one confluent-kafka
+transactional producer; every other transaction is aborted. Each client reads the whole topic
+read_committed from offset 0 with ``assign()`` (no group), 500 records per poll, until it holds
+every committed record; records/s = committed records / seconds from the first poll to the last
+record. The clients: eosclient ``poll()``, confluent-kafka ``consume(500)``, kafka-python
+``poll(max_records=500)``. Afterwards (untimed) every client's records are checked: exactly the
+committed set, no aborted record, none twice. Runs are interleaved over ``--repeat``.
+
+**modes** (noida-db and Tansu): what marker-first filtering costs. Two confluent-kafka
+producers share one partition: B writes ``--mode-records`` records, C begins a transaction and
+writes one record, B commits, C commits ``--hold-ms`` later. B's COMMIT marker then lies past the
+LSO (C is open) until C commits: a consumer in *marker mode* holds B's records until then; one in
+*index mode* (the broker has proved its aborted-transactions index) releases them at once, since
+they are below the LSO and not listed as aborted. Measured per round: the delivery latency (B's
+``commit_transaction`` returning -> eosclient ``poll()`` returning B's last record), and the peak
+of the filters' ``held_bytes``/``held_records`` (read from the consumer's partition states: the
+memory marker mode costs). Three rows: noida-db with one aborted transaction written first (it
+proves its index: index mode), noida-db without one (never proven: marker mode), and Tansu (no
+index: marker mode always). The consumer runs with ``fetch.max.wait.ms`` 10, so that a broker
+holding an empty Fetch does not dominate the latency. Tansu 0.6.0 keeps the LSO at B's first
+offset while C is open, even after B committed (Kafka and noida-db move it to C's first offset),
+so there no client sees B's records before C commits, in either mode: its row shows the broker.
+
+Caveats: two cores shared by broker, producers and consumers; compare ratios from one run. noida-
+db leaves aborted data out of read_committed Fetch answers, so every client receives only
+committed data and markers there; the difference between the clients is their own cost per record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import importlib.metadata
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import _harness
+import _report as report
+import confluent_kafka as ck
+import kafka
+
+import eosclient
+from eosclient import ReadCommittedConsumer, TopicPartition
+from eosclient.testing.brokers import RunningBroker, start_broker
+
+PARTITIONS: Final = 4
+VALUE_SIZE: Final = 100
+POLL_RECORDS: Final = 500
+RUN_TIMEOUT: Final = 300.0
+DEFAULTS: Final = {"transactions": 400, "records": 1000, "rounds": 40, "repeat": 1}
+QUICK: Final = {"transactions": 60, "records": 1000, "rounds": 10, "repeat": 1}
+
+Reader = Callable[[str, str, int], list[bytes]]
+
+
+def value(committed: bool, n: int) -> bytes:
+    """A 100-byte value that says whether it was committed, and which one it is."""
+    return (b"c" if committed else b"a") + b"%09d" % n + b"x" * (VALUE_SIZE - 10)
+
+
+def write_topic(broker: RunningBroker, topic: str, transactions: int, records: int) -> int:
+    """Half the transactions committed, half aborted; returns the committed record count."""
+    _harness.create_topic(broker.host, broker.port, topic, PARTITIONS)
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5,
+                            "transactional.id": f"{topic}-writer"})
+    producer.init_transactions(30)
+    n = 0
+    for t in range(transactions):
+        producer.begin_transaction()
+        for i in range(records):
+            producer.produce(topic, value(t % 2 == 0, n), partition=i % PARTITIONS)
+            n += 1
+            if i % 10_000 == 9_999:
+                producer.poll(0)
+        (producer.commit_transaction if t % 2 == 0 else producer.abort_transaction)(60)
+    return (transactions + 1) // 2 * records
+
+
+# --- the readers: everything read_committed from offset 0, timed from the first poll ----------
+
+
+def read_eosclient(servers: str, topic: str, expected: int) -> tuple[list[bytes], float]:
+    consumer = ReadCommittedConsumer(servers, config={"auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    got: list[Any] = []
+    start = time.perf_counter()
+    while len(got) < expected:
+        got += [r.value for r in consumer.poll(5.0, max_records=POLL_RECORDS)]
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return got, elapsed
+
+
+def read_confluent(servers: str, topic: str, expected: int) -> tuple[list[bytes], float]:
+    consumer = ck.Consumer({"bootstrap.servers": servers, "group.id": f"{topic}-ck",
+                            "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.assign([ck.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got: list[Any] = []
+    start = time.perf_counter()
+    while len(got) < expected:
+        got += [m.value() for m in consumer.consume(POLL_RECORDS, 5.0) if m.error() is None]
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return got, elapsed
+
+
+def read_kafka_python(servers: str, topic: str, expected: int) -> tuple[list[bytes], float]:
+    consumer = kafka.KafkaConsumer(bootstrap_servers=servers, isolation_level="read_committed",
+                                   enable_auto_commit=False, auto_offset_reset="earliest")
+    consumer.assign([kafka.TopicPartition(topic, p) for p in range(PARTITIONS)])
+    got: list[Any] = []
+    start = time.perf_counter()
+    while len(got) < expected:
+        for batch in consumer.poll(timeout_ms=5000, max_records=POLL_RECORDS).values():
+            got += [r.value for r in batch]
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return got, elapsed
+
+
+READERS: Final = (("eos", "eosclient", "eosclient poll()", read_eosclient),
+                  ("ck", "confluent-kafka", "confluent-kafka consume(500)", read_confluent),
+                  ("kp", "kafka-python", "kafka-python poll(max_records=500)", read_kafka_python))
+
+
+def check(values: list[bytes], expected: int) -> str | None:
+    """What is wrong with what a client delivered, or None."""
+    if any(v[:1] != b"c" for v in values):
+        return f"{sum(v[:1] != b'c' for v in values)} aborted records delivered"
+    if len(set(values)) != len(values):
+        return f"{len(values) - len(set(values))} records delivered twice"
+    if len(values) != expected:
+        return f"{len(values)} records delivered, expected {expected}"
+    return None
+
+
+def throughput(broker: RunningBroker, args: argparse.Namespace) -> list[report.Outcome]:
+    """Every reader over one topic, ``--repeat`` times, interleaved."""
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    _progress(f"writing {args.transactions} transactions of {args.records} records")
+    expected = write_topic(broker, topic, args.transactions, args.records)
+    outcomes = [report.Outcome("throughput", report.THROUGHPUT, "records/s", key, family, label)
+                for key, family, label, _ in READERS]
+    for repeat in range(args.repeat):
+        for outcome, (_, _, label, read) in zip(outcomes, READERS, strict=True):
+            _progress(f"throughput: {label} (repeat {repeat + 1}/{args.repeat})")
+            try:
+                with _harness.watchdog(RUN_TIMEOUT):
+                    values, elapsed = read(broker.bootstrap_servers, topic, expected)
+                problem = check(values, expected)
+                if problem:
+                    outcome.errors.append(problem)
+                else:
+                    outcome.runs.append(expected / elapsed)
+            except Exception as exc:
+                outcome.errors.append(f"failed: {type(exc).__name__}: {exc}"[:160])
+            gc.collect()
+    return outcomes
+
+
+# --- marker mode and index mode -------------------------------------------------------------
+
+
+class Watcher:
+    """An eosclient consumer polling on a thread: when each value arrived, and the peak of what
+    its filters held back for markers."""
+
+    def __init__(self, servers: str, topic: str) -> None:
+        self.arrived: dict[bytes, float] = {}
+        self.peak_bytes = self.peak_records = 0
+        self.consumer = ReadCommittedConsumer(servers, config={
+            "auto.offset.reset": "earliest", "fetch.max.wait.ms": 10})
+        self.consumer.assign([TopicPartition(topic, 0)])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.consumer.close()
+
+    def proven(self) -> bool:
+        return any(t.proven for t in self.consumer._fetcher._trust.values())
+
+    def _run(self) -> None:
+        states = self.consumer._assignment  # read only: the filters' own accounting
+        while not self._stop.is_set():
+            records = self.consumer.poll(0.05)
+            now = time.perf_counter()
+            for r in records:
+                self.arrived[r.value or b""] = now
+            held = [(s.filter.held_bytes, s.filter.held_records) for s in states]
+            self.peak_bytes = max(self.peak_bytes, sum(b for b, _ in held))
+            self.peak_records = max(self.peak_records, sum(n for _, n in held))
+
+
+def modes_round(topic: str, b: ck.Producer, c: ck.Producer, *, n: int, records: int,
+                hold: float) -> tuple[bytes, float]:
+    """B writes, C opens, B commits, C commits ``hold`` later; B's last value and commit time."""
+    b.begin_transaction()
+    last = b""
+    for i in range(records):
+        last = value(True, n * records + i)
+        b.produce(topic, last, partition=0)
+    b.flush(10)
+    c.begin_transaction()
+    c.produce(topic, b"open", partition=0)
+    c.flush(10)
+    b.commit_transaction(10)
+    committed = time.perf_counter()
+    time.sleep(hold)
+    c.commit_transaction(10)
+    return last, committed
+
+
+def modes(broker: RunningBroker, args: argparse.Namespace, prove: bool) -> dict[str, Any]:
+    """One row of the modes scenario: latencies (s) and peak held memory."""
+    topic = f"modes-{uuid.uuid4().hex[:8]}"
+    _harness.create_topic(broker.host, broker.port, topic, 1)
+    make = lambda name: ck.Producer({"bootstrap.servers": broker.bootstrap_servers,  # noqa: E731
+                                     "transactional.id": f"{topic}-{name}", "linger.ms": 0})
+    b, c = make("b"), make("c")
+    b.init_transactions(30)
+    c.init_transactions(30)
+    if prove:  # one aborted transaction: its ABORT marker confirms the broker's index
+        b.begin_transaction()
+        b.produce(topic, value(False, 0), partition=0)
+        b.flush(10)
+        b.abort_transaction(10)
+    watcher = Watcher(broker.bootstrap_servers, topic)
+    latencies = []
+    try:
+        with _harness.watchdog(RUN_TIMEOUT):
+            for n in range(args.rounds):
+                last, committed = modes_round(topic, b, c, n=n, records=args.mode_records,
+                                              hold=args.hold_ms / 1e3)
+                deadline = time.monotonic() + 10
+                while last not in watcher.arrived and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                latencies.append(watcher.arrived[last] - committed)
+    finally:
+        watcher.stop()
+    return {"latencies": latencies, "peak_bytes": watcher.peak_bytes,
+            "peak_records": watcher.peak_records, "index_proven": watcher.proven()}
+
+
+def mode_row(name: str, result: dict[str, Any]) -> list[str]:
+    lat = sorted(result["latencies"])
+    p99 = lat[max(0, -(-99 * len(lat) // 100) - 1)]
+    return [name, "index" if result["index_proven"] else "marker",
+            f"{statistics.median(lat) * 1e3:.1f} ms", f"{p99 * 1e3:.1f} ms",
+            f"{result['peak_bytes']:,} B", f"{result['peak_records']:,}"]
+
+
+# --- the whole run ------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Throughput on noida-db, then the modes on noida-db (proven and not) and Tansu."""
+    results: dict[str, Any] = {"outcomes": [], "modes": {}}
+    with start_broker("noida") as noida:
+        if "throughput" in args.scenario:
+            results["outcomes"] = throughput(noida, args)
+        if "modes" in args.scenario:
+            for name, prove in (("noida-db, index proven", True), ("noida-db, no abort", False)):
+                _progress(f"modes: {name}")
+                results["modes"][name] = modes(noida, args, prove)
+    if "modes" in args.scenario:
+        with start_broker("tansu") as tansu:
+            _progress("modes: Tansu")
+            results["modes"]["Tansu"] = modes(tansu, args, True)
+    return results
+
+
+def render(results: dict[str, Any], ratios: list[report.Ratio], args: argparse.Namespace) -> str:
+    versions = {"eosclient": eosclient.__version__,
+                "confluent-kafka": importlib.metadata.version("confluent-kafka"),
+                "kafka-python": kafka.__version__,
+                "noida-db": importlib.metadata.version("noida-db")}
+    lines = ["", "versions: " + "; ".join(f"{k} {v}" for k, v in versions.items()),
+             f"settings: {args.transactions} transactions x {args.records} records (half "
+             f"aborted), {PARTITIONS} partitions, {VALUE_SIZE} B values; modes: {args.rounds} "
+             f"rounds of {args.mode_records} records, C held {args.hold_ms} ms", ""]
+    if results["outcomes"]:
+        rows = [[o.scenario, o.label, report.format_outcome(o, 1.0)] for o in results["outcomes"]]
+        lines += [report.table(rows, ["scenario", "client", "result"]), ""]
+        lines += [report.table([report.format_ratio(r) for r in ratios],
+                               ["scenario", "ratio", "value", "target", "verdict"]), ""]
+    if results["modes"]:
+        rows = [mode_row(name, r) for name, r in results["modes"].items()]
+        lines += [report.table(rows, ["broker", "mode", "latency median", "p99",
+                                      "peak held", "held records"]), ""]
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--transactions", type=int, help="transactions written (half aborted)")
+    parser.add_argument("--records", type=int, help="records per transaction")
+    parser.add_argument("--rounds", type=int, help="rounds of the modes scenario")
+    parser.add_argument("--mode-records", type=int, default=100, help="B's records per round")
+    parser.add_argument("--hold-ms", type=int, default=50, help="how long C stays open")
+    parser.add_argument("--repeat", type=int, help="throughput runs per client, interleaved")
+    parser.add_argument("--scenario", action="append", choices=["throughput", "modes"])
+    parser.add_argument("--quick", action="store_true", help="a small run")
+    parser.add_argument("--json", help="also write the results here as JSON")
+    args = parser.parse_args(argv)
+    for name, default in (QUICK if args.quick else DEFAULTS).items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    args.scenario = args.scenario or ["throughput", "modes"]
+    return args
+
+
+def _progress(message: str) -> None:
+    print(f"... {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    started = time.monotonic()
+    results = run(args)
+    specs = [report.RatioSpec("throughput", "eos", "ck", 1.0),
+             report.RatioSpec("throughput", "eos", "kp")]
+    ratios = report.compute_ratios(results["outcomes"], specs, {})
+    print(render(results, ratios, args))
+    print(f"(whole run: {time.monotonic() - started:.0f} s)")
+    if args.json:
+        with contextlib.suppress(OSError):
+            report.write_json(Path(args.json), {
+                "throughput": [report.outcome_json(o, 1.0) for o in results["outcomes"]],
+                "ratios": [report.ratio_json(r) for r in ratios], "modes": results["modes"]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Argument checks for the consumer's public calls, run before anything is touched.
+
+Each function returns the normalised value or raises a builtin ``TypeError`` (not a Kafka value
+at all) or ``ValueError`` (a Kafka value out of range: a negative offset or partition).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from eosclient._core.types import TopicPartition
+from eosclient.config import ConsumerConfig, build
+from eosclient.errors import ConfigError
+
+__all__ = ["config_of", "max_records_of", "offset_of", "offsets_of", "partition_of",
+           "partitions_of", "timeout_of", "topics_of"]
+
+
+def partition_of(item: object) -> TopicPartition:
+    """A ``TopicPartition`` (or ``(topic, partition)`` pair), checked.
+
+    Raises:
+        TypeError: not a (non-empty str, int) pair.
+        ValueError: the partition is negative.
+    """
+    if not (isinstance(item, tuple) and len(item) == 2):
+        raise TypeError(f"expected a TopicPartition(topic, partition), got {item!r}")
+    topic, partition = item
+    if type(topic) is not str or not topic:
+        raise TypeError(f"a topic must be a non-empty str, got {topic!r}")
+    if type(partition) is not int:
+        raise TypeError(f"a partition must be an int, got {partition!r}")
+    if partition < 0:
+        raise ValueError(f"a partition must be >= 0, got {item!r}")
+    return TopicPartition(topic, partition)
+
+
+def partitions_of(partitions: object) -> list[TopicPartition]:
+    """An iterable of partitions, checked, duplicates dropped, order kept.
+
+    Raises:
+        TypeError, ValueError: as :func:`partition_of`, or not an iterable.
+    """
+    if isinstance(partitions, str | bytes | tuple) or not isinstance(partitions, Iterable):
+        raise TypeError(f"expected an iterable of TopicPartition, got {partitions!r}")
+    return list(dict.fromkeys(partition_of(item) for item in partitions))
+
+
+def topics_of(topics: object) -> list[str]:
+    """Topic names to subscribe to (at least one).
+
+    Raises:
+        TypeError: not an iterable of non-empty str (a bare str is refused: it would be letters).
+        ValueError: empty.
+    """
+    if isinstance(topics, str | bytes) or not isinstance(topics, Iterable):
+        raise TypeError(f"topics must be an iterable of str, e.g. ['orders'], got {topics!r}")
+    names = list(dict.fromkeys(topics))
+    for name in names:
+        if type(name) is not str or not name:
+            raise TypeError(f"a topic must be a non-empty str, got {name!r}")
+    if not names:
+        raise ValueError("subscribe() needs at least one topic")
+    return names
+
+
+def offset_of(offset: object, where: object) -> int:
+    """An offset to seek or commit: an int >= 0.
+
+    Raises:
+        TypeError: not an int.
+        ValueError: negative (Kafka's -1/-2 sentinels are seek_to_end/seek_to_beginning here).
+    """
+    if type(offset) is not int:
+        raise TypeError(f"the offset for {where!r} must be an int, got {offset!r}")
+    if offset < 0:
+        raise ValueError(f"the offset for {where!r} must be >= 0, got {offset} (use "
+                         "seek_to_beginning()/seek_to_end() for the ends)")
+    return offset
+
+
+def offsets_of(offsets: object) -> dict[TopicPartition, int]:
+    """``{TopicPartition: offset}`` to commit, checked.
+
+    Raises:
+        TypeError, ValueError: as :func:`partition_of` and :func:`offset_of`.
+    """
+    if not isinstance(offsets, Mapping):
+        raise TypeError(f"offsets must be a mapping of TopicPartition to int, got {offsets!r}")
+    return {partition_of(tp): offset_of(offset, tp) for tp, offset in offsets.items()}
+
+
+def timeout_of(timeout: Any, default_ms: int) -> float:
+    """Seconds to wait: ``timeout`` if given (>= 0), else the default in milliseconds.
+
+    Raises:
+        TypeError: not a number.
+        ValueError: negative.
+    """
+    if timeout is None:
+        return default_ms / 1000
+    if type(timeout) not in (int, float):
+        raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
+    if not timeout >= 0:
+        raise ValueError(f"timeout must be >= 0, got {timeout}")
+    return float(timeout)
+
+
+def max_records_of(max_records: Any, default: int) -> int:
+    """``max_records`` if given (an int >= 1), else the default (``max.poll.records``).
+
+    Raises:
+        TypeError: not an int.
+        ValueError: below 1.
+    """
+    if max_records is None:
+        return default
+    if type(max_records) is not int:
+        raise TypeError(f"max_records must be an int, got {max_records!r}")
+    if max_records < 1:
+        raise ValueError(f"max_records must be >= 1, got {max_records}")
+    return max_records
+
+
+def config_of(given: dict[str, Any], config: Mapping[str, object] | ConsumerConfig | None,
+              ) -> ConsumerConfig:
+    """The consumer's settings from its keywords and ``config`` (dotted keys, or a whole
+    :class:`ConsumerConfig`).
+
+    Raises:
+        ConfigError: a bad setting, or a ConsumerConfig and keywords both.
+    """
+    if isinstance(config, ConsumerConfig):
+        extra = sorted(k for k, v in given.items() if v is not None)
+        if extra:
+            raise ConfigError("pass settings either in the ConsumerConfig or as keywords, "
+                              f"not both: {', '.join(extra)}", key=extra[0])
+        return config
+    return build(ConsumerConfig, given, config)

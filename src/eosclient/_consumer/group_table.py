@@ -1,0 +1,103 @@
+"""The group membership's states, inputs and transition table, and the values it passes out.
+
+Private to :mod:`eosclient._consumer.membership` (its module docstring explains the protocol);
+kept apart so that the one table every transition goes through reads on its own, as the
+producer's ``_txn_table`` does. Inputs are named by who causes them: ``CALL_`` the application,
+``RECV_`` the coordinator's answers, ``TIMER_`` and ``META_`` the clock and the metadata.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = ["TABLE", "Input", "Send", "Settings", "State"]
+
+
+class State(enum.Enum):
+    """Where the member is in the group protocol."""
+
+    UNJOINED = "not a member: no subscription yet, or left"
+    JOINING = "JoinGroup to send or in flight"
+    SYNCING = "SyncGroup to send or in flight (the leader assigns first)"
+    ASSIGNING = "assignment received; the application installs it in its next poll()"
+    STABLE = "a member of the generation, heartbeating"
+    REVOKING = "a rebalance is due; the application revokes in its next poll()"
+    FAILED = "a fatal error; the consumer raises it"
+
+
+class Input(enum.Enum):
+    """What moves the machine, named by who caused it."""
+
+    CALL_SUBSCRIBE = "the application subscribed to a new set of topics"
+    CALL_ASSIGNED = "the application installed the assignment"
+    CALL_REVOKED = "the application gave up its partitions"
+    CALL_LEAVE = "the application closes (LeaveGroup)"
+    RECV_JOINED = "JoinGroup answered"
+    RECV_SYNCED = "SyncGroup answered with the assignment"
+    RECV_REJOIN = "the group moved on (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, ...)"
+    RECV_FATAL = "a fatal error code"
+    TIMER_EXPIRED = "the session or the poll interval ran out"
+    META_CHANGED = "a partition count the leader assigned from has changed"
+
+
+S, In = State, Input
+_LIVE: Final = (S.UNJOINED, S.JOINING, S.SYNCING, S.ASSIGNING, S.STABLE, S.REVOKING)
+TABLE: Final[Mapping[tuple[State, Input], State]] = {
+    (S.UNJOINED, In.CALL_SUBSCRIBE): S.JOINING,
+    (S.JOINING, In.CALL_SUBSCRIBE): S.JOINING,
+    (S.SYNCING, In.CALL_SUBSCRIBE): S.JOINING,
+    (S.ASSIGNING, In.CALL_SUBSCRIBE): S.JOINING,
+    (S.STABLE, In.CALL_SUBSCRIBE): S.REVOKING,
+    (S.REVOKING, In.CALL_SUBSCRIBE): S.REVOKING,
+    (S.JOINING, In.RECV_JOINED): S.SYNCING,
+    (S.JOINING, In.RECV_REJOIN): S.JOINING,
+    (S.SYNCING, In.RECV_SYNCED): S.ASSIGNING,
+    (S.SYNCING, In.RECV_REJOIN): S.JOINING,
+    (S.ASSIGNING, In.CALL_ASSIGNED): S.STABLE,
+    (S.ASSIGNING, In.RECV_REJOIN): S.JOINING,
+    (S.ASSIGNING, In.TIMER_EXPIRED): S.JOINING,
+    (S.STABLE, In.RECV_REJOIN): S.REVOKING,
+    (S.STABLE, In.TIMER_EXPIRED): S.REVOKING,
+    (S.STABLE, In.META_CHANGED): S.REVOKING,
+    (S.REVOKING, In.RECV_REJOIN): S.REVOKING,
+    (S.REVOKING, In.TIMER_EXPIRED): S.REVOKING,
+    (S.REVOKING, In.CALL_REVOKED): S.JOINING,
+    **{(state, In.CALL_LEAVE): S.UNJOINED for state in _LIVE},
+    **{(state, In.RECV_FATAL): S.FAILED for state in _LIVE},
+}
+"""Every allowed (state, input) -> next state; the one place transitions are written."""
+_HEARTBEATING: Final = (S.ASSIGNING, S.STABLE, S.REVOKING)
+del S, In
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """A request for the driver to send: to the coordinator, or (FindCoordinator) to any node.
+
+    Attributes:
+        request: The kafka-python request object.
+        kind: ``"find"``, ``"join"``, ``"sync"``, ``"heartbeat"`` or ``"leave"``.
+        attempt: The join attempt it belongs to; answers to an older one are ignored.
+        timeout: Its request timeout in seconds, or None for ``request.timeout.ms``.
+    """
+
+    request: Any
+    kind: str
+    attempt: int
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What the membership needs of the consumer's configuration (times in seconds)."""
+
+    group_id: str
+    assignors: tuple[str, ...]
+    session_timeout: float
+    rebalance_timeout: float  # max.poll.interval.ms
+    heartbeat_interval: float
+    retry_backoff: float
+    retry_backoff_max: float

@@ -1,0 +1,172 @@
+"""The consumer's I/O thread: one loop that drives the fetcher and the group through the network.
+
+Theory of operation
+-------------------
+The producer's model (:mod:`eosclient._producer.sender`), for the same reasons: one lock
+(:attr:`IoLoop.lock`) guards everything the application's threads share with this thread (the
+partitions, the group membership, offset jobs, metadata), and the thread loops:
+
+1. **I/O, without the lock**: :meth:`NetworkClient.poll` waits until the nearest timer, a socket
+   event, or a wakeup from an application call.
+2. **Under the lock**: every finished request is dispatched to the callback that sent it, then
+   each driver (the :class:`~eosclient._consumer.fetcher.Fetcher`, the
+   :class:`~eosclient.group.GroupCoordinator`) sends what is due and says when it next needs a
+   step; metadata is refreshed when due. Then every waiting application call is notified.
+
+Decoding and filtering do not happen here: ``poll()`` does them on the application's thread,
+as Java's consumer does, so the work lands where the records are wanted and this thread's lock
+holds stay short (heartbeats are never late behind a large batch). With the GIL, moving it here
+would buy no parallelism; the overlap that matters, the next Fetch's round trip with the
+application's processing, comes from prefetching (see the fetcher).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Concatenate, Final, ParamSpec, Protocol, TypeVar
+
+from eosclient._net.client import Answer, NetworkClient
+from eosclient.errors import EosError, FatalError, KafkaTimeoutError
+
+__all__ = ["Driver", "IoLoop", "serialized"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_S = TypeVar("_S", bound="_Serialized")
+
+log = logging.getLogger("eosclient.consumer")
+
+_MAX_SLEEP: Final = 1.0  # seconds: liveness bound (missed wakeups)
+_JOIN_TIMEOUT: Final = 10.0
+
+
+class Driver(Protocol):
+    """Something the loop steps under the lock."""
+
+    def step(self, now: float) -> float:
+        """Send what is due; return the time of the next step needed (monotonic seconds)."""
+        ...
+
+
+class _Serialized(Protocol):
+    _app_lock: threading.RLock
+
+
+def serialized(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S, _P], _R]:
+    """Run ``method`` under its object's ``_app_lock``: one application call at a time (the
+    lock is re-entrant, so rebalance callbacks run inside ``poll()`` may call the consumer)."""
+
+    def call(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._app_lock:
+            return method(self, *args, **kwargs)
+
+    functools.update_wrapper(call, method)
+    return call
+
+
+class IoLoop:
+    """The I/O thread and the lock it shares with the application.
+
+    Args:
+        client: The network client the thread owns.
+        name: The thread's name.
+    """
+
+    def __init__(self, client: NetworkClient, name: str) -> None:
+        self.client = client
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.drivers: list[Driver] = []
+        self.crashed: BaseException | None = None
+        self.sleeping = False
+        self.stopped = False
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Make the thread run a step soon (call under the lock); cheap when it is awake."""
+        if self.sleeping:
+            self.sleeping = False
+            self.client.wakeup()
+
+    def stop(self) -> None:
+        """Ask the thread to close the connections and exit (call under the lock)."""
+        self._stopping = True
+        self.client.wakeup()
+
+    def join(self, timeout: float = _JOIN_TIMEOUT) -> None:
+        """Wait for the thread to exit (call without the lock)."""
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def wait_until(self, ready: Callable[[], bool], deadline: float, what: str,
+                   check: Callable[[], None], cause: Callable[[], EosError | None] | None = None,
+                   ) -> None:
+        """Wait (under the lock) until ``ready()``, calling ``check()`` (which raises to stop
+        waiting) before each wait.
+
+        Raises:
+            KafkaTimeoutError: ``deadline`` passed first (chained from ``cause()``); the work
+                it waited for may still complete.
+        """
+        while not ready():
+            check()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaTimeoutError(f"{what} did not finish in time; the consumer is "
+                                        "unchanged") from (cause() if cause else None)
+            self.wake()
+            self.changed.wait(remaining)
+
+    def check_alive(self) -> None:
+        """Raise if the thread died of a bug.
+
+        Raises:
+            FatalError: the thread crashed; the consumer can only be closed.
+        """
+        if self.crashed is not None:
+            raise FatalError(f"the consumer's I/O thread crashed: {self.crashed!r}") \
+                from self.crashed
+
+    def _run(self) -> None:
+        answers: list[Answer] = []
+        try:
+            while True:
+                with self.lock:
+                    timeout = self._iterate(answers)
+                    self.changed.notify_all()
+                if timeout is None:
+                    return
+                answers = self.client.poll(timeout)
+        except BaseException as exc:  # a bug: make every caller see it rather than hang
+            log.exception("the consumer's I/O thread crashed")
+            with self.lock:
+                self.crashed = exc
+                self.client.close()
+                self.changed.notify_all()
+
+    def _iterate(self, answers: list[Answer]) -> float | None:
+        """Dispatch answers and step the drivers; the next wait in seconds, None to exit."""
+        self.sleeping = False
+        for answer in answers:
+            answer.on_done(answer)
+        if self._stopping:
+            for answer in self.client.close():
+                answer.on_done(answer)
+            self.stopped = True
+            return None
+        now = time.monotonic()
+        timers = [now + _MAX_SLEEP, self.client.next_timer()]
+        timers += [driver.step(now) for driver in self.drivers]
+        self.client.maybe_update_metadata(now)
+        timers.append(self.client.metadata.next_update(now))
+        self.sleeping = True
+        return max(0.0, min(timers) - now)

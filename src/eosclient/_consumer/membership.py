@@ -1,0 +1,372 @@
+"""Consumer group membership as a state machine: responses and time in, requests out. No I/O.
+
+Theory of operation
+-------------------
+The classic (eager) group protocol, as Java's ``AbstractCoordinator`` runs it. A member finds the
+group's coordinator (FindCoordinator), joins (JoinGroup: its subscription, the assignors it
+offers), and waits until every member has joined; the coordinator names a leader, and the leader
+runs the chosen assignor over everybody's subscriptions and sends the result with its SyncGroup;
+every member's SyncGroup answer carries its own partitions. Then the member heartbeats. When a
+member joins or leaves, the coordinator answers heartbeats with REBALANCE_IN_PROGRESS and every
+member must join again, giving up *all* its partitions first (eager: no partition is ever owned
+by two members, at the price of a pause).
+
+Giving up and taking partitions involve the application: it revokes (``on_revoke``, commit
+what it processed) before the member joins again, and installs the new assignment (fetch the
+committed offsets, ``on_assign``) after SyncGroup. Both run on the application's thread inside
+``poll()``, never on the I/O thread, so the machine has two states that wait for it: REVOKING
+and ASSIGNING. Every change of state goes through :meth:`Membership._transition` and the table
+:data:`TABLE`; an application call the table does not list is a bug (``IllegalStateError``), a
+broker answer it does not list is stale and ignored (answers carry the join attempt they belong
+to, so an answer from before a rejoin never moves the machine).
+
+Error codes are classified by :func:`eosclient.errors.error_for` only; a retriable code then picks
+the way to retry: the coordinator moved (15, 16: find it again), the group moved on (27
+REBALANCE_IN_PROGRESS: join again; 22 ILLEGAL_GENERATION: with a new generation; 25
+UNKNOWN_MEMBER_ID: with a new member id), KIP-394's MEMBER_ID_REQUIRED (79: join again at once
+with the member id the answer gives), or anything else (after the retry backoff). A fatal code
+(23 INCONSISTENT_GROUP_PROTOCOL, 24 INVALID_GROUP_ID, 26 INVALID_SESSION_TIMEOUT, 30, 81, ...)
+puts the machine in FAILED, and the consumer raises it.
+
+Liveness: a member whose heartbeats have gone unanswered for ``session.timeout.ms`` assumes the
+coordinator dropped it (new member id, new generation); one whose application has not called
+``poll()`` for ``max.poll.interval.ms`` leaves the group (KIP-62), and joins again at its next
+``poll()``. The generation and member id are what KIP-447 fencing needs
+(``send_offsets_to_transaction(..., consumer.group_metadata())``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any, Final
+
+from eosclient._consumer import protocol as wire
+from eosclient._consumer.assignors import ASSIGNORS
+from eosclient._consumer.coordinator import CoordinatorLookup
+from eosclient._consumer.group_table import _HEARTBEATING, TABLE, Input, Send, Settings, State
+from eosclient._core.types import TopicPartition
+from eosclient._net.backoff import Backoff
+from eosclient.errors import (
+    ApiKey,
+    EosError,
+    IllegalStateError,
+    ProtocolError,
+    RetriableError,
+    error_for,
+)
+
+__all__ = ["TABLE", "Input", "Membership", "Send", "Settings", "State"]
+
+Counts = Callable[[Collection[str]], Mapping[str, int] | None]
+"""Partition counts of the topics asked for; None while the metadata is not there yet."""
+
+_NOT_COORDINATOR: Final = frozenset({15, 16})  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+_ILLEGAL_GENERATION: Final = 22
+_UNKNOWN_MEMBER_ID: Final = 25
+_REBALANCE_IN_PROGRESS: Final = 27
+_MEMBER_ID_REQUIRED: Final = 79
+_MOVED_ON: Final = frozenset({_ILLEGAL_GENERATION, _UNKNOWN_MEMBER_ID, _REBALANCE_IN_PROGRESS})
+_JOIN_GRACE: Final = 5.0  # JoinGroup may be held for the rebalance timeout; Java adds 5 s
+
+
+
+class Membership:
+    """One consumer's membership of its group. No I/O; the driver sends what :meth:`poll` says.
+
+    Args:
+        settings: Group id, assignors and timers.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.state = State.UNJOINED
+        self.error: EosError | None = None
+        self.member_id = ""
+        self.generation = -1
+        self.topics: frozenset[str] = frozenset()
+        self.assignment: list[TopicPartition] = []  # from SyncGroup, until installed
+        self.attempt = 0
+        backoff = Backoff(settings.retry_backoff, settings.retry_backoff_max)
+        self.lookup = CoordinatorLookup(settings.group_id, backoff)
+        self._backoff = backoff
+        self._failures = 0
+        self._outbox: list[Send] = []
+        self._step_at = float("inf")  # when the next JoinGroup or SyncGroup may go out
+        self._waiting = False  # a JoinGroup or SyncGroup is in flight
+        self._joined: Any = None  # the leader's JoinGroup answer, kept while it assigns
+        self._protocol = ""
+        self._assigned_from: dict[str, int] = {}  # the leader's partition counts
+        self._heartbeat_at = float("inf")
+        self._heartbeat_in_flight = False
+        self._heard_at = 0.0  # the last heartbeat answer (or sync) that kept the session alive
+        self._polled_at = 0.0
+
+    # -- the application (under the consumer's lock) ----------------------------------------------
+
+    def subscribe(self, topics: Iterable[str], now: float) -> None:
+        """Join with ``topics`` (again, if they changed)."""
+        wanted = frozenset(topics)
+        if wanted != self.topics or self.state is State.UNJOINED:
+            self.topics = wanted
+            self._transition(Input.CALL_SUBSCRIBE, now)
+
+    def polled(self, now: float) -> None:
+        """The application called ``poll()`` (the KIP-62 poll interval restarts)."""
+        self._polled_at = now
+
+    def revoked(self, now: float) -> None:
+        """The application gave up its partitions; join again."""
+        self._transition(Input.CALL_REVOKED, now)
+
+    def take_assignment(self, now: float) -> list[TopicPartition]:
+        """The partitions SyncGroup gave, for the application to install; now STABLE."""
+        self._transition(Input.CALL_ASSIGNED, now)
+        assignment, self.assignment = self.assignment, []
+        return assignment
+
+    def leave(self, now: float) -> None:
+        """Leave the group (LeaveGroup if a member id was given); idempotent."""
+        if self.state is not State.FAILED:
+            self._transition(Input.CALL_LEAVE, now)
+
+    def has_generation(self) -> bool:
+        """Whether commits can carry a live generation (STABLE, or REVOKING before rejoin)."""
+        return self.generation >= 0 and self.state in (State.STABLE, State.REVOKING)
+
+    # -- the driver -----------------------------------------------------------------------------
+
+    def poll(self, now: float, counts: Counts) -> list[Send]:
+        """The requests due now, after checking the timers (FindCoordinator is the driver's:
+        :attr:`lookup`)."""
+        self._check_timers(now, counts)
+        if self.state is State.JOINING and not self._waiting and now >= self._step_at \
+                and self.lookup.node is not None:
+            self._send_join()
+        elif self.state is State.SYNCING and not self._waiting and self._joined is not None:
+            self._send_sync(counts)
+        if self._heartbeat_due(now):
+            self._heartbeat_in_flight = True
+            self._outbox.append(Send(wire.heartbeat(self.settings.group_id, self.generation,
+                                                    self.member_id), "heartbeat", self.attempt))
+        out, self._outbox = self._outbox, []
+        return out
+
+    @property
+    def pending(self) -> bool:
+        """Whether requests wait for the next :meth:`poll` (a LeaveGroup after leave())."""
+        return bool(self._outbox)
+
+    def wants_coordinator(self) -> bool:
+        """Whether the membership needs the coordinator (it is in the group or joining)."""
+        return self.state not in (State.UNJOINED, State.FAILED)
+
+    def next_timer(self) -> float:
+        """The nearest time :meth:`poll` has something to do."""
+        timers = [float("inf")]
+        if self.state is State.JOINING and not self._waiting and self.lookup.node is not None:
+            timers.append(self._step_at)  # (SYNCING waits for metadata: its answer wakes us)
+        if self.generation >= 0 and self.state in (State.ASSIGNING, State.STABLE):
+            timers += [self._heard_at + self.settings.session_timeout,
+                       self._polled_at + self.settings.rebalance_timeout]
+        if self.generation >= 0 and self.state in _HEARTBEATING:
+            timers.append(self._heartbeat_at)
+        return min(timers)
+
+    def on_response(self, sent: Send, response: Any, now: float) -> None:
+        """Read the answer to ``sent``."""
+        if sent.kind == "heartbeat":
+            self._on_heartbeat(sent, response.error_code, now)
+        elif sent.attempt == self.attempt and sent.kind in ("join", "sync"):
+            self._waiting = False
+            if sent.kind == "join":
+                self._on_joined(response, now)
+            else:
+                self._on_synced(response, now)
+
+    def on_failure(self, sent: Send, error: EosError, now: float) -> None:
+        """``sent`` got no answer (connection cut, timeout): find the coordinator again."""
+        self.lookup.lost(now)
+        if sent.kind == "heartbeat":
+            self._heartbeat_in_flight = False
+            self._heartbeat_at = now + self.settings.retry_backoff
+        elif sent.attempt == self.attempt and sent.kind in ("join", "sync"):
+            self._waiting = False
+            self._rejoin(now, at_once=False)
+
+    # -- answers --------------------------------------------------------------------------------
+
+    def _on_joined(self, response: Any, now: float) -> None:
+        code = response.error_code
+        if code:
+            self._on_error(ApiKey.JOIN_GROUP, code, now, member_id=response.member_id)
+            return
+        self._failures = 0
+        self.member_id, self.generation = response.member_id, response.generation_id
+        self._protocol = response.protocol_name or ""
+        self._joined = response if response.leader == response.member_id else _FOLLOWER
+        self._transition(Input.RECV_JOINED, now)
+
+    def _on_synced(self, response: Any, now: float) -> None:
+        code = response.error_code
+        if code:
+            self._on_error(ApiKey.SYNC_GROUP, code, now)
+            return
+        self.assignment = wire.read_assignment(response.assignment)
+        self._heard_at = self._polled_at = now
+        self._heartbeat_at = now + self.settings.heartbeat_interval
+        self._transition(Input.RECV_SYNCED, now)
+
+    def _on_heartbeat(self, sent: Send, code: int, now: float) -> None:
+        self._heartbeat_in_flight = False
+        self._heartbeat_at = now + self.settings.heartbeat_interval
+        if sent.attempt != self.attempt:
+            return
+        if not code:
+            self._heard_at = now
+        elif self.state in _HEARTBEATING:
+            self._on_error(ApiKey.HEARTBEAT, code, now)
+
+    def _on_error(self, api: ApiKey, code: int, now: float, *, member_id: str = "") -> None:
+        """React to a group API's error code: classify it, then pick the way to retry."""
+        error = error_for(api, code)
+        if not isinstance(error, RetriableError):
+            self._fail(error, now)
+        elif code == _MEMBER_ID_REQUIRED:  # KIP-394: join again at once, with this member id
+            self.member_id = member_id
+            self._step_at = now
+        elif code in _MOVED_ON:
+            if code == _UNKNOWN_MEMBER_ID:
+                self.member_id = ""
+            if code != _REBALANCE_IN_PROGRESS:
+                self.generation = -1
+            self._rejoin(now, at_once=True)
+        elif api is ApiKey.HEARTBEAT:
+            if code in _NOT_COORDINATOR:
+                self.lookup.lost(now)
+            self._heartbeat_at = now + self.settings.retry_backoff
+        else:  # coordinator moving or loading: join again after the backoff
+            if code in _NOT_COORDINATOR:
+                self.lookup.lost(now)
+            self._rejoin(now, at_once=False)
+
+    def _rejoin(self, now: float, *, at_once: bool) -> None:
+        """Join again: at once, or after the backoff (a coordinator still loading)."""
+        self._transition(Input.RECV_REJOIN, now)
+        if self.state is State.JOINING:
+            self._failures += 1
+            self._step_at = now if at_once else now + self._backoff.delay(self._failures)
+
+    def refused(self, code: int, now: float) -> None:
+        """A commit under this generation was refused with ``code``: if the group moved on
+        (22, 25, 27), join again, as a heartbeat refused so would (Java does likewise)."""
+        if self.state not in _HEARTBEATING or code not in _MOVED_ON:
+            return
+        if code == _UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+        if code != _REBALANCE_IN_PROGRESS:
+            self.generation = -1
+        self._rejoin(now, at_once=True)
+
+    def fail(self, error: EosError, now: float) -> None:
+        """A fatal error (here, or the coordinator lookup's): FAILED."""
+        self._fail(error, now)
+
+    def _fail(self, error: EosError, now: float) -> None:
+        self.error = error
+        self._transition(Input.RECV_FATAL, now)
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def _send_join(self) -> None:
+        settings = self.settings
+        metadata = wire.subscription_bytes(self.topics)
+        request = wire.join_group(
+            settings.group_id, self.member_id,
+            session_timeout_ms=int(settings.session_timeout * 1000),
+            rebalance_timeout_ms=int(settings.rebalance_timeout * 1000),
+            protocols=[(name, metadata) for name in settings.assignors])
+        self._waiting = True
+        self._outbox.append(Send(request, "join", self.attempt,
+                                 settings.rebalance_timeout + _JOIN_GRACE))
+
+    def _send_sync(self, counts: Counts) -> None:
+        assignments: dict[str, bytes] = {}
+        if self._joined is not _FOLLOWER:
+            try:
+                computed = self._assign(self._joined, counts)
+            except EosError as exc:  # a member's subscription does not decode
+                self._fail(exc, 0.0)
+                return
+            if computed is None:
+                return  # the leader waits for the metadata of every member's topics
+            assignments = computed
+        self._joined = None
+        self._waiting = True
+        self._outbox.append(Send(wire.sync_group(
+            self.settings.group_id, self.generation, self.member_id, self._protocol,
+            assignments), "sync", self.attempt))
+
+    def _assign(self, joined: Any, counts: Counts) -> dict[str, bytes] | None:
+        subscriptions = {m.member_id: wire.read_subscription(m.metadata) for m in joined.members}
+        topics = {t for ts in subscriptions.values() for t in ts}
+        known = counts(topics)
+        if known is None:
+            return None
+        assignor = ASSIGNORS.get(self._protocol)
+        if assignor is None:
+            raise ProtocolError(f"the coordinator chose assignor {self._protocol!r}, which "
+                                "this member did not offer")
+        self._assigned_from = {t: known.get(t, 0) for t in topics}
+        result = assignor(self._assigned_from, subscriptions)
+        return {member: wire.assignment_bytes(tps) for member, tps in result.items()}
+
+    def _heartbeat_due(self, now: float) -> bool:
+        return (self.state in _HEARTBEATING and self.generation >= 0
+                and self.lookup.node is not None and not self._heartbeat_in_flight
+                and now >= self._heartbeat_at)
+
+    def _check_timers(self, now: float, counts: Counts) -> None:
+        if self.generation < 0 or self.state not in (State.ASSIGNING, State.STABLE):
+            return
+        if now >= self._polled_at + self.settings.rebalance_timeout:
+            self._outbox.append(Send(wire.leave_group(self.settings.group_id, self.member_id),
+                                     "leave", self.attempt))
+            self.member_id, self.generation = "", -1  # KIP-62: left; poll() joins again
+            self._transition(Input.TIMER_EXPIRED, now)
+        elif now >= self._heard_at + self.settings.session_timeout:
+            self.member_id, self.generation = "", -1  # the coordinator has dropped us
+            self.lookup.lost(now)
+            self._transition(Input.TIMER_EXPIRED, now)
+        elif self.state is State.STABLE and self._assigned_from:
+            current = counts(self._assigned_from)
+            if current is not None and any(current.get(t, 0) != n
+                                           for t, n in self._assigned_from.items()):
+                self._transition(Input.META_CHANGED, now)
+
+    # -- the one place the state changes --------------------------------------------------------
+
+    def _transition(self, cause: Input, now: float) -> None:
+        target = TABLE.get((self.state, cause))
+        if target is None:
+            if not cause.name.startswith("CALL_"):
+                return  # a late answer or timer for a state already left: stale, ignored
+            raise IllegalStateError(f"group {self.settings.group_id!r}: {cause.name} is not "
+                                    f"allowed in {self.state.name}")
+        previous, self.state = self.state, target
+        if cause is Input.CALL_LEAVE and previous is not State.UNJOINED and self.member_id:
+            self._outbox.append(Send(wire.leave_group(self.settings.group_id, self.member_id),
+                                     "leave", self.attempt))
+        fresh = (target is State.UNJOINED or previous is not State.JOINING
+                 or cause is Input.CALL_SUBSCRIBE)
+        if target in (State.JOINING, State.UNJOINED) and fresh:
+            self.attempt += 1  # answers to what was sent before are stale from now on
+            self._waiting = False
+            self._joined = None
+            self._assigned_from = {}
+            self.assignment = []
+            self._step_at = now
+        if target is State.UNJOINED:
+            self.member_id, self.generation = "", -1
+
+
+_FOLLOWER: Final = object()  # _joined for a member that is not the leader

@@ -1,0 +1,223 @@
+"""One partition's fetched data on its way to the application: answers, then records. Sans-IO.
+
+A Fetch answer is checked (CRC-32C, framing) when ``poll()`` takes it in, but its batches are fed
+to the partition's :class:`~eosclient._core.isolation.PartitionFilter` only as records are asked
+for, one batch at a time (to the filter, each is a Fetch answer of one batch), and what the filter
+releases becomes :class:`ConsumerRecord` objects right away. So a ``poll()`` decodes about what it
+returns, and the records it creates die young: decoding a whole answer ahead kept tens of
+thousands of them alive into the garbage collector's older generations, and full collections
+became the consumer's biggest cost.
+
+Feeding later than fetching asks for care in three places (and :meth:`ReadyQueue.take` runs on
+the application's thread outside the consumer's lock: it touches only what the I/O thread never
+reads, and leaves what it does read, where to fetch next, to the caller under the lock):
+
+* **Where the next Fetch starts** (:attr:`ReadyQueue.next_fetch`): after the last batch taken in,
+  not after the last one fed. Batches at or past the answer's LSO are not taken in (the filter
+  would stop before them; read_committed), so the next Fetch asks for them again.
+* **The filter may rewind** (after scanning for markers past ``max_held_bytes``, it goes back to
+  the first batch it dropped): what is queued behind that point is then forgotten, and
+  :meth:`ReadyQueue.feed_one` says so, for the caller to drop any Fetch already under way.
+* **An error in an answer** (a corrupt batch) is queued behind the good batches before it, so
+  they are delivered first; the partition is not fetched further meanwhile.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, Final, NamedTuple
+
+from eosclient._core.decode import DecodedBatches, RecordBatch, decode_batches
+from eosclient._core.isolation import IndexTrust, Isolation, PartitionFilter
+from eosclient._core.types import TopicPartition
+from eosclient.errors import CorruptRecordError, EosError
+
+__all__ = ["ConsumerRecord", "ReadyQueue"]
+
+_PREFIX: Final = struct.Struct(">qi")  # a record batch's base offset and length
+
+
+class ConsumerRecord(NamedTuple):
+    """One committed record, as ``poll()`` delivers it.
+
+    Attributes:
+        topic: The topic.
+        partition: The partition.
+        offset: Its offset; commit ``offset + 1`` (or the consumer's ``position``) after it.
+        key: The key bytes, or None.
+        value: The value bytes, or None (a tombstone).
+        headers: ``(key, value)`` pairs, in the order written (a tuple).
+        timestamp_ms: CreateTime, or the broker's LogAppendTime if the topic uses that.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp_ms: int
+
+
+class _Answer:
+    """The batches of one Fetch answer not yet fed, and what the filter needs with them."""
+
+    __slots__ = ("batches", "failure", "index", "lso", "nbytes", "trust")
+
+    def __init__(self, batches: list[RecordBatch], *, lso: int, index: Sequence[Any] | None,
+                 trust: IndexTrust, failure: EosError | None, nbytes: int) -> None:
+        self.batches = deque(batches)
+        self.lso = lso
+        self.index = index
+        self.trust = trust
+        self.failure = failure
+        self.nbytes = nbytes
+
+
+class ReadyQueue:
+    """What one partition fetched and has not delivered, oldest first.
+
+    Args:
+        tp: The partition.
+        filt: Its filter.
+    """
+
+    def __init__(self, tp: TopicPartition, filt: PartitionFilter) -> None:
+        self.tp = tp
+        self.filter = filt
+        # Read by the I/O thread (the rest is the application's): single attribute writes.
+        self.nbytes = 0  # fetched bytes not yet fed (the prefetch bound)
+        self.next_fetch = filt.fetch_offset
+        self.blocked = False  # a queued answer ends in an error: fetch nothing more before it
+        self._answers: deque[_Answer] = deque()
+        self._records: list[ConsumerRecord] = []
+        self._pos = 0
+
+    @property
+    def position(self) -> int:
+        """The offset of the next record to deliver."""
+        if self._pos < len(self._records):
+            return self._records[self._pos].offset
+        return self.filter.position
+
+    @property
+    def has_records(self) -> bool:
+        """Whether released records wait for delivery."""
+        return self._pos < len(self._records)
+
+    def clear(self) -> None:
+        """Forget everything queued (a seek: the filter is sought by the caller)."""
+        self._records, self._pos = [], 0
+        self._drop_queued()
+        self.restart()
+
+    def restart(self) -> None:
+        """Fetch next from where the filter stands (after a seek or a rewind)."""
+        self.next_fetch = self.filter.fetch_offset
+
+    def _drop_queued(self) -> None:
+        self._answers.clear()
+        self.nbytes = 0
+        self.blocked = False
+
+    def push(self, data: Any, trust: IndexTrust) -> bool:
+        """Queue a Fetch answer's batches from :attr:`next_fetch` up to its LSO; True if it held
+        only a partial batch (one larger than the fetch size: the caller grows it)."""
+        decoded, failure = _decode(data.records or b"", self.tp)
+        batches = [b for b in decoded.batches if b.last_offset >= self.next_fetch]
+        lso = data.last_stable_offset
+        if self.filter.isolation is Isolation.READ_COMMITTED and lso is not None and lso >= 0:
+            cut = next((i for i, b in enumerate(batches) if b.last_offset >= lso), None)
+            if cut is not None:  # the filter would stop there; fetched again once the LSO moves
+                batches, failure = batches[:cut], None
+        if not batches and failure is None:
+            return bool(decoded.truncated_bytes and not decoded.batches)
+        nbytes = sum(b.size_in_bytes for b in batches)
+        self._answers.append(_Answer(batches, lso=lso, index=data.aborted_transactions or None,
+                                     trust=trust, failure=failure, nbytes=nbytes))
+        self.nbytes += nbytes
+        self.blocked = failure is not None
+        if batches:
+            self.next_fetch = batches[-1].last_offset + 1
+        return False
+
+    def take(self, limit: int, out: list[ConsumerRecord]) -> tuple[bool, EosError | None]:
+        """Move up to ``limit`` records into ``out``, feeding queued batches as needed.
+
+        Returns:
+            Whether the filter rewound (the caller then fetches again from the filter's offset
+            and drops any Fetch under way: :meth:`restart`), and the error of a failed answer
+            reached (the records before it were moved first).
+        """
+        rewound = False
+        while limit > 0:
+            if self._pos < len(self._records):
+                end = min(len(self._records), self._pos + limit)
+                out += self._records[self._pos:end]
+                limit -= end - self._pos
+                self._pos = end
+                continue
+            if not self._answers:
+                break
+            went_back, error = self.feed_one()
+            rewound |= went_back
+            if error is not None:
+                return rewound, error
+        return rewound, None
+
+    def feed_one(self) -> tuple[bool, EosError | None]:
+        """Feed the oldest queued batch to the filter; (rewound, error) as :meth:`take`."""
+        answer = self._answers[0]
+        if not answer.batches:
+            self._answers.popleft()
+            self.nbytes -= answer.nbytes
+            self.blocked = False
+            return False, answer.failure
+        batch = answer.batches.popleft()
+        if not answer.batches and answer.failure is None:
+            self._answers.popleft()
+            self.nbytes -= answer.nbytes
+        filt = self.filter
+        before, fetched = filt.position, filt.fetch_offset
+        filt.trust = answer.trust
+        try:
+            records = filt.feed((batch,), last_stable_offset=answer.lso,
+                                aborted_transactions=answer.index)
+        except EosError as exc:  # its records do not parse (its CRC matched)
+            filt.seek(before)
+            self._drop_queued()
+            return True, exc
+        if records:
+            self._release(records)
+        if filt.fetch_offset < fetched:  # the scan for markers is over: it rewound
+            self._drop_queued()
+            return True, None
+        return False, None
+
+    def _release(self, records: list[Any]) -> None:
+        topic, partition = self.tp
+        new = tuple.__new__
+        # Headers as a tuple: a record of atomic fields only costs the GC less.
+        fresh = [new(ConsumerRecord, (topic, partition, r[0], r[2], r[3],
+                                      tuple(r[4]) if r[4] else (), r[1])) for r in records]
+        if self._pos < len(self._records):
+            fresh = self._records[self._pos:] + fresh
+        self._records, self._pos = fresh, 0
+
+
+def _decode(data: bytes, tp: TopicPartition) -> tuple[DecodedBatches, EosError | None]:
+    """The batches of a Fetch answer up to the first bad one, and the error of that one."""
+    try:
+        return decode_batches(data, tp), None
+    except CorruptRecordError as exc:
+        pos = 0
+        while pos + _PREFIX.size <= len(data):
+            base, length = _PREFIX.unpack_from(data, pos)
+            if base == exc.offset:
+                break
+            pos += _PREFIX.size + length
+        return decode_batches(data[:pos], tp), exc
+    except EosError as exc:  # FatalError: the legacy message formats v0/v1
+        return DecodedBatches([], 0), exc

@@ -1,0 +1,463 @@
+"""The read_committed consumer: delivers exactly the committed records, on every broker.
+
+Every Fetch answer runs through eosclient's CRC-checked decoder and the marker-first
+read_committed filter (:mod:`eosclient._core.isolation`), per partition, with one
+:class:`~eosclient._core.isolation.IndexTrust` per broker: right on brokers that send no
+aborted-transactions index (Tansu), as fast as an index-only client where the broker has proved
+its index (noida-db). Records at or past the last stable offset are never delivered, control
+batches never, and a corrupt batch raises :class:`~eosclient.errors.CorruptRecordError` naming
+the topic, partition and offset; it is never skipped.
+
+Threading: the model of :mod:`eosclient.producer`. One I/O thread (:mod:`eosclient._consumer.loop`)
+fetches, heartbeats and commits; every public call takes the lock it shares with that thread for
+as long as it touches shared state. ``poll()`` decodes and filters on the caller's thread, the
+heaviest part without that lock (the I/O thread keeps fetching meanwhile), and runs the
+rebalance callbacks there, outside it, so they may call the consumer (commit in ``on_revoke``,
+seek in ``on_assign``). Like Java's, a consumer is meant for one application thread: calls from
+several are serialized by a second, re-entrant lock (a ``close()`` from another thread waits for
+a ``poll()`` under way to return). Blocking calls take a timeout (default
+``default.api.timeout.ms``) and raise :class:`~eosclient.errors.KafkaTimeoutError` when it passes.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+
+from eosclient._consumer import args
+from eosclient._consumer.fetcher import Fetcher
+from eosclient._consumer.lookups import Ends
+from eosclient._consumer.loop import IoLoop, serialized
+from eosclient._consumer.partitions import (
+    Assignment,
+    ConsumerRecord,
+    Followup,
+    PartitionState,
+    missing,
+)
+from eosclient._core.isolation import Isolation
+from eosclient._core.types import TopicPartition
+from eosclient._net.client import NetworkClient
+from eosclient.config import ConsumerConfig
+from eosclient.errors import (
+    ApiKey,
+    EosError,
+    IllegalStateError,
+    error_for,
+)
+from eosclient.group import GroupCoordinator, RebalanceCallback
+from eosclient.group_metadata import ConsumerGroupMetadata
+
+__all__ = ["ConsumerRecord", "ReadCommittedConsumer"]
+
+log = logging.getLogger("eosclient.consumer")
+
+_LEAVE_WAIT = 5.0  # seconds close() waits for LeaveGroup at most
+
+
+class _Mode(enum.Enum):
+    NONE = "no partitions yet"
+    ASSIGN = "assign(): partitions chosen by the application"
+    SUBSCRIBE = "subscribe(): partitions given by the group"
+
+
+class ReadCommittedConsumer:
+    """A Kafka consumer that delivers exactly the committed records, in offset order.
+
+    Give it partitions with :meth:`assign` (no group needed), or topics with :meth:`subscribe`
+    (a consumer group: ``group_id``). Then :meth:`poll`; commit with :meth:`commit`, or inside a
+    producer's transaction with ``send_offsets_to_transaction(positions, group_metadata())``.
+
+    Args:
+        bootstrap_servers: ``"host:port,host:port"`` or a list of ``"host:port"``.
+        group_id: ``group.id``; needed by :meth:`subscribe`, :meth:`commit`, :meth:`committed`.
+        isolation_level: ``"read_committed"`` (default) or ``"read_uncommitted"``.
+        auto_offset_reset: ``"earliest"``, ``"latest"`` (default: the LSO) or ``"none"``.
+        client_id: ``client.id``.
+        config: Any setting by Kafka's dotted key (``{"fetch.max.bytes": 52428800}``), or a
+            whole :class:`~eosclient.config.ConsumerConfig` (then pass no other setting).
+
+    Raises:
+        ConfigError: an unknown key (named, with the nearest known one), a wrong type, a bad
+            value, or one setting given twice with different values. Nothing was started.
+    """
+
+    def __init__(self, bootstrap_servers: str | Sequence[str] | None = None, *,
+                 group_id: str | None = None, isolation_level: str | None = None,
+                 auto_offset_reset: str | None = None, client_id: str | None = None,
+                 config: Mapping[str, object] | ConsumerConfig | None = None) -> None:
+        given = {k: v for k, v in locals().items() if k not in ("self", "config")}
+        self.config = cfg = args.config_of(given, config)
+        client = NetworkClient(cfg, auto_create_topics=False)
+        self._loop = loop = IoLoop(client, f"eosclient-consumer-{cfg.client_id}")
+        self._lock, self._changed, self._metadata = loop.lock, loop.changed, client.metadata
+        isolation = Isolation.READ_COMMITTED if cfg.read_committed else Isolation.READ_UNCOMMITTED
+        self._assignment = Assignment(isolation, max_held_bytes=cfg.max_held_bytes,
+                                      max_partition_bytes=cfg.max_partition_fetch_bytes,
+                                      reset_policy=cfg.auto_offset_reset)
+        self._fetcher = Fetcher(cfg, client, self._assignment)
+        self._group = GroupCoordinator(cfg, client, self._assignment) if cfg.group_id else None
+        loop.drivers = [*([self._group] if self._group else []), self._fetcher]
+        self._mode = _Mode.NONE
+        self._on_assign: RebalanceCallback | None = None
+        self._on_revoke: RebalanceCallback | None = None
+        self._assigned_at = 0  # the metadata version when assign() was called
+        self._closed = False
+        self._app_lock = threading.RLock()  # serializes the application's calls (see above)
+        loop.start()
+        self._finalizer = weakref.finalize(self, loop.stop)  # never closed: stop the thread
+
+    # -- partitions -----------------------------------------------------------------------------
+
+    @serialized
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Consume exactly these partitions (an empty list: none); no group membership.
+
+        Kept partitions keep their positions; new ones start at their committed offset (with a
+        ``group_id``) or where ``auto.offset.reset`` says.
+
+        Raises:
+            IllegalStateError: the consumer is subscribed, or closed; nothing changed.
+            TypeError, ValueError: not an iterable of (topic, partition >= 0); nothing changed.
+        """
+        tps = args.partitions_of(partitions)
+        with self._lock:
+            self._check_open()
+            if self._mode is _Mode.SUBSCRIBE:
+                raise IllegalStateError("assign() after subscribe(): use one or the other")
+            self._mode = _Mode.ASSIGN if tps else _Mode.NONE
+            self._assignment.replace(tps, committed=self._group is not None)
+            self._metadata.want({tp.topic for tp in tps})
+            self._assigned_at = self._metadata.version
+            self._loop.wake()
+
+    @serialized
+    def subscribe(self, topics: Iterable[str], on_assign: RebalanceCallback | None = None,
+                  on_revoke: RebalanceCallback | None = None) -> None:
+        """Join the group and consume the partitions it assigns of ``topics``.
+
+        ``on_revoke(partitions)`` runs before partitions are given up (commit there what was
+        processed), ``on_assign(partitions)`` after new ones are given; both on the thread
+        that calls :meth:`poll`, inside it.
+
+        Raises:
+            IllegalStateError: no ``group_id``, partitions were assign()ed, or closed.
+            TypeError, ValueError: ``topics`` is not a non-empty iterable of str.
+        """
+        names = args.topics_of(topics)
+        group = self._need_group("subscribe()")
+        with self._lock:
+            self._check_open()
+            if self._mode is _Mode.ASSIGN:
+                raise IllegalStateError("subscribe() after assign(): use one or the other")
+            self._mode = _Mode.SUBSCRIBE
+            self._on_assign, self._on_revoke = on_assign, on_revoke
+            self._metadata.want(names)
+            group.membership.subscribe(names, time.monotonic())
+            self._loop.wake()
+
+    def assignment(self) -> list[TopicPartition]:
+        """The partitions assigned now."""
+        with self._lock:
+            return list(self._assignment.states)
+
+    # -- records --------------------------------------------------------------------------------
+
+    def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Committed records (all records under read_uncommitted), in offset order per partition.
+
+        Runs the rebalance callbacks when the group rebalances. Returns as soon as records are
+        ready, or an empty list when ``timeout`` passes.
+
+        Raises:
+            CorruptRecordError: a fetched batch failed its CRC or parse; the position stays at
+                it, and every poll raises again until a seek past it.
+            OffsetOutOfRangeError: a position is gone and ``auto.offset.reset`` is ``none``.
+            RetriableError: an assigned topic or partition does not exist (after the metadata
+                said so; UNKNOWN_TOPIC_OR_PARTITION).
+            FatalError: the group failed (e.g. INCONSISTENT_GROUP_PROTOCOL), or a bug.
+            IllegalStateError: the consumer is closed.
+            Whatever a rebalance callback raised, after the rebalance step was done.
+        """
+        seconds = args.timeout_of(timeout, 0)
+        limit = args.max_records_of(max_records, self.config.max_poll_records)
+        deadline = time.monotonic() + seconds
+        with self._app_lock:
+            while True:
+                self._rebalance()
+                with self._lock:
+                    fed = self._take_in()
+                records, followups = self._assignment.drain(limit)  # decoding: no lock held
+                with self._lock:
+                    error = self._settle(followups, fed)
+                    if records:
+                        return records
+                    if error is not None:
+                        raise error.with_traceback(None)
+                    if self._rebalance_due():
+                        continue
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return records
+                    self._changed.wait(remaining)
+
+    # -- positions ------------------------------------------------------------------------------
+
+    @serialized
+    def position(self, partition: TopicPartition, timeout: float | None = None) -> int:
+        """The offset of the next record to deliver: the offset to commit. Waits while the
+        partition's committed offset or reset offset is looked up.
+
+        Raises:
+            IllegalStateError: the partition is not assigned, or the consumer is closed.
+            KafkaTimeoutError: no position within ``timeout``.
+            EosError: looking it up failed (OffsetOutOfRangeError with ``auto.offset.reset``
+                none and nothing committed).
+        """
+        tp = args.partition_of(partition)
+        deadline = self._deadline(timeout)
+        with self._lock:
+            state = self._state(tp)
+            self._loop.wait_until(lambda: state.position is not None or state.error is not None,
+                                  deadline, f"position({tp})", self._check_waiting)
+            found = state.position
+            if found is None:
+                raise (state.error or IllegalStateError(f"{tp} lost")).with_traceback(None)
+            return found
+
+    @serialized
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Deliver from ``offset`` next (what was fetched or held for the partition is dropped).
+
+        Raises:
+            IllegalStateError: the partition is not assigned, or closed; nothing changed.
+            TypeError, ValueError: the offset is not an int >= 0; nothing changed.
+        """
+        tp = args.partition_of(partition)
+        checked = args.offset_of(offset, tp)
+        with self._lock:
+            self._state(tp).seek(checked)
+            self._loop.wake()
+
+    @serialized
+    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Deliver from the log start of ``partitions`` (default: all assigned), looked up lazily.
+
+        Raises:
+            IllegalStateError: a partition is not assigned, or closed; nothing changed.
+        """
+        self._seek_to(partitions, "earliest")
+
+    @serialized
+    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Deliver from the end: the LSO under read_committed (an open transaction's records
+        are delivered once it commits), else the high watermark. Looked up lazily.
+
+        Raises:
+            IllegalStateError: a partition is not assigned, or closed; nothing changed.
+        """
+        self._seek_to(partitions, "latest")
+
+    def last_stable_offset(self, partition: TopicPartition, timeout: float | None = None) -> int:
+        """The partition's last stable offset now (asked of its leader with a Fetch).
+
+        Raises:
+            KafkaTimeoutError: no answer within ``timeout``.
+            EosError: the leader answered with an error (an unknown topic, for one).
+            IllegalStateError: the consumer is closed.
+        """
+        return self._ends(partition, timeout).last_stable_offset
+
+    def high_watermark(self, partition: TopicPartition, timeout: float | None = None) -> int:
+        """The partition's high watermark now. Raises as :meth:`last_stable_offset`."""
+        return self._ends(partition, timeout).high_watermark
+
+    @serialized
+    def lag(self, partition: TopicPartition, timeout: float | None = None) -> int:
+        """Records (and markers) between the position and the end: the LSO under
+        read_committed, else the high watermark. Raises as :meth:`position`."""
+        ends = self._ends(partition, timeout)
+        end = ends.last_stable_offset if self.config.read_committed else ends.high_watermark
+        return max(0, end - self.position(partition, timeout))
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    def committed(self, partitions: Iterable[TopicPartition], timeout: float | None = None,
+                  ) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets (None: nothing committed), read with
+        ``require_stable``: while a transaction that commits them is open, this waits.
+
+        Raises:
+            IllegalStateError: no ``group_id``, or closed.
+            KafkaTimeoutError: not answered within ``timeout`` (e.g. the transaction stays open).
+            EosError: the coordinator refused (GROUP_AUTHORIZATION_FAILED, ...).
+        """
+        tps = args.partitions_of(partitions)
+        group = self._need_group("committed()")
+        deadline = self._deadline(timeout)
+        with self._lock:
+            self._check_open()
+            result = group.wait_for(group.committed(tps), self._loop, deadline, "committed()",
+                                    self._check_open)
+        return {tp: result.get(tp) for tp in tps}
+
+    @serialized
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None,
+               timeout: float | None = None) -> None:
+        """Commit ``offsets`` (default: every assigned partition's position) for the group.
+
+        For non-transactional use; inside a transaction use the producer's
+        ``send_offsets_to_transaction(positions, consumer.group_metadata())``.
+
+        Raises:
+            RetriableError: REBALANCE_IN_PROGRESS: ``poll()`` (which rebalances), commit again.
+            AbortableError: ILLEGAL_GENERATION/UNKNOWN_MEMBER_ID: the partitions went to another
+                member; nothing was committed.
+            KafkaTimeoutError: not answered within ``timeout``; it may still be committed.
+            IllegalStateError: no ``group_id``, or closed.
+            TypeError, ValueError: bad offsets; nothing was sent.
+        """
+        checked = None if offsets is None else args.offsets_of(offsets)
+        group = self._need_group("commit()")
+        deadline = self._deadline(timeout)
+        with self._lock:
+            self._check_open()
+            if checked is None:
+                checked = {tp: s.position for tp, s in self._assignment.states.items()
+                           if s.position is not None}
+            if self._mode is _Mode.SUBSCRIBE and not group.membership.has_generation():
+                raise error_for(ApiKey.OFFSET_COMMIT, 27, "the group is rebalancing: poll() "
+                                "to finish the rebalance, then commit again")
+            if checked:
+                group.wait_for(group.commit(checked), self._loop, deadline, "commit()",
+                               self._check_open)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group, generation and member id, for ``send_offsets_to_transaction`` (KIP-447):
+        the coordinator refuses the commit of a member whose generation has passed.
+
+        Raises:
+            IllegalStateError: no ``group_id``.
+        """
+        group = self._need_group("group_metadata()")
+        with self._lock:
+            membership = group.membership
+            if membership.has_generation():
+                return ConsumerGroupMetadata(group.group_id, membership.generation,
+                                             membership.member_id)
+        return ConsumerGroupMetadata(group.group_id)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @serialized
+    def close(self, timeout: float | None = None) -> None:
+        """Revoke (``on_revoke``), leave the group, close the connections. Idempotent; errors
+        on the way are logged, not raised: closing always closes."""
+        deadline = self._deadline(timeout)
+        with self._lock:
+            if self._closed:
+                return
+            owned = list(self._assignment.states) if self._mode is _Mode.SUBSCRIBE else []
+        if owned and self._on_revoke is not None:
+            try:
+                self._on_revoke(owned)
+            except Exception:  # closing always closes
+                log.exception("on_revoke raised while closing")
+        with self._lock:
+            self._closed = True
+            if self._group is not None and self._loop.crashed is None:
+                self._group.leave(self._loop, min(deadline, time.monotonic() + _LEAVE_WAIT))
+            self._loop.stop()
+        self._loop.join(max(0.1, deadline - time.monotonic()))
+        self._finalizer.detach()
+
+    def __enter__(self) -> ReadCommittedConsumer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else self._mode.name.lower()
+        return f"<ReadCommittedConsumer group_id={self.config.group_id!r} {state}>"
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the consumer is closed")
+        self._loop.check_alive()
+
+    def _need_group(self, call: str) -> GroupCoordinator:
+        if self._group is None:
+            raise IllegalStateError(f"{call} needs a group_id")
+        return self._group
+
+    def _deadline(self, timeout: float | None) -> float:
+        return time.monotonic() + args.timeout_of(timeout, self.config.default_api_timeout_ms)
+
+    def _state(self, tp: TopicPartition) -> PartitionState:
+        self._check_open()
+        state = self._assignment.states.get(tp)
+        if state is None:
+            raise IllegalStateError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
+        return state
+
+    def _check_waiting(self) -> None:
+        self._check_open()
+        self._check_topics()
+
+    def _take_in(self) -> bool:
+        """poll()'s first step, under the lock: raise what must be raised, take in answers
+        (whether there were any)."""
+        self._check_open()
+        now = time.monotonic()
+        if self._group is not None:
+            self._group.membership.polled(now)
+            if self._group.membership.error is not None:
+                raise self._group.membership.error.with_traceback(None)
+        self._check_topics()
+        return self._assignment.feed_all(now, self._fetcher.backoff.initial)
+
+    def _settle(self, followups: list[Followup], fed: bool) -> EosError | None:
+        """poll()'s last step, under the lock: act on what draining found; prefetch."""
+        error = self._assignment.settle(followups)
+        if fed or followups:
+            self._loop.wake()  # what was taken in or drained may be fetched again
+        return error
+
+    def _check_topics(self) -> None:
+        """Raise if the metadata, answered since assign(), says an assigned partition is not
+        there (Java waits forever; a typo deserves an error)."""
+        if self._mode is _Mode.ASSIGN and self._metadata.version > self._assigned_at:
+            error = missing(self._assignment.states, self._metadata)
+            if error is not None:
+                raise error
+
+    def _rebalance_due(self) -> bool:
+        return self._group is not None and self._group.rebalance_due
+
+    def _rebalance(self) -> None:
+        if self._group is not None:  # without a group, poll() spares itself a lock round
+            self._group.run_rebalance(self._loop, self._assignment, self._on_assign,
+                                      self._on_revoke)
+
+    def _seek_to(self, partitions: Iterable[TopicPartition] | None, how: str) -> None:
+        tps = None if partitions is None else args.partitions_of(partitions)
+        with self._lock:
+            states = list(self._assignment) if tps is None else [self._state(tp) for tp in tps]
+            self._check_open()
+            for state in states:
+                state.reset(how)
+            self._loop.wake()
+
+    def _ends(self, partition: TopicPartition, timeout: float | None) -> Ends:
+        tp = args.partition_of(partition)
+        deadline = self._deadline(timeout)
+        with self._lock:
+            self._check_open()
+            return self._fetcher.ends(tp, self._loop, deadline, self._check_open)

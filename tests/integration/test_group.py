@@ -1,0 +1,201 @@
+"""Consumer groups against real brokers: join, sync, heartbeat, rebalance, leave, commit.
+
+On noida-db (a join takes well under a second) two consumers share a topic while records keep
+coming: the second joins, then leaves, and every record is processed exactly once across both,
+where "processed" means its offset commit succeeded (a batch whose commit fails is dropped and
+read again by whoever owns the partition next). On Tansu a join takes ~23 s, so one test only:
+one member joins, commits and reads its commit back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import confluent_kafka as ck
+import pytest
+from kafka.protocol.admin import CreateTopicsRequest
+
+from eosclient import (
+    ConsumerRecord,
+    EosError,
+    ReadCommittedConsumer,
+    TopicPartition,
+    TransactionalProducer,
+)
+from eosclient._net.blocking import BlockingConnection
+from eosclient.testing.brokers import RunningBroker
+
+pytestmark = pytest.mark.broker
+
+PARTITIONS = 4
+RECORDS = 3000
+
+
+def create_topic(broker: RunningBroker, topic: str, partitions: int = PARTITIONS) -> None:
+    with BlockingConnection(broker.host, broker.port, timeout=10) as conn:
+        [created] = conn.request(CreateTopicsRequest(
+            topics=[CreateTopicsRequest.CreatableTopic(
+                name=topic, num_partitions=partitions, replication_factor=1, assignments=[],
+                configs=[])],
+            timeout_ms=10_000, validate_only=False)).topics
+        assert created.error_code == 0, created
+
+
+class Member:
+    """One group member on a thread of its own: poll, then commit what it polled; a record
+    counts once its commit succeeded."""
+
+    def __init__(self, broker: RunningBroker, group: str, topic: str, name: str,
+                 counted: Counter[tuple[int, int]], **config: object) -> None:
+        self.name = name
+        self.events: list[tuple[str, list[int], bool]] = []  # (kind, partitions, on my thread)
+        self.generations: set[int] = set()
+        self._counted = counted
+        self._pending: list[ConsumerRecord] = []
+        self._stop = threading.Event()
+        self.consumer = ReadCommittedConsumer(broker.bootstrap_servers, group_id=group, config={
+            "auto.offset.reset": "earliest", "client.id": name, "heartbeat.interval.ms": 200,
+            **config})
+        self.consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked)
+        self._thread = threading.Thread(target=self._run, name=name)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._pending += self.consumer.poll(0.2, max_records=50)
+                self._commit()
+        finally:
+            self.consumer.close()
+
+    def _commit(self) -> None:
+        if not self._pending:
+            return
+        try:
+            self.consumer.commit()
+        except EosError:  # the generation moved on: drop the batch, its next owner reads it
+            self._pending.clear()
+            return
+        self._counted.update((r.partition, r.offset) for r in self._pending)
+        self._pending.clear()
+
+    def _assigned(self, partitions: list[TopicPartition]) -> None:
+        self.generations.add(self.consumer.group_metadata().generation_id)
+        self._event("assign", partitions)
+
+    def _revoked(self, partitions: list[TopicPartition]) -> None:
+        self._event("revoke", partitions)
+        self._commit()  # Java's advice: commit what was processed before giving it up
+
+    def _event(self, kind: str, partitions: list[TopicPartition]) -> None:
+        mine = threading.current_thread() is self._thread
+        self.events.append((kind, [tp.partition for tp in partitions], mine))
+
+
+def produce_slowly(broker: RunningBroker, topic: str, stop: threading.Event) -> None:
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 1})
+    for i in range(RECORDS):
+        producer.produce(topic, b"%d" % i, partition=i % PARTITIONS)
+        if i % 100 == 99:
+            assert producer.flush(10) == 0
+            if stop.wait(0.04):
+                break
+    assert producer.flush(10) == 0
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("assignor", ["range", "roundrobin"])
+def test_two_members_rebalance_without_losing_or_repeating_a_record(
+        noida_broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str],
+        assignor: str) -> None:
+    create_topic(noida_broker, topic_name)
+    group, counted = unique_name("group"), Counter[tuple[int, int]]()
+    stop = threading.Event()
+    producer = threading.Thread(target=produce_slowly, args=(noida_broker, topic_name, stop))
+    producer.start()
+    strategy = {"partition.assignment.strategy": assignor}
+    a = Member(noida_broker, group, topic_name, "a", counted, **strategy)
+    try:
+        wait_for(lambda: len(counted) >= 300)
+        b = Member(noida_broker, group, topic_name, "b", counted, **strategy)
+        wait_for(lambda: any(kind == "assign" for kind, _, _ in b.events))
+        wait_for(lambda: len(counted) >= 1500)
+        b.stop()  # leaves: a takes every partition again
+        wait_for(lambda: len(a.events) >= 5)
+    finally:
+        producer.join(60)
+        wait_for(lambda: len(counted) >= RECORDS)
+        a.stop()
+    assert len(counted) == RECORDS and set(counted.values()) == {1}  # none lost, none repeated
+    assert [kind for kind, _, _ in b.events] == ["assign", "revoke"]
+    assert sorted(b.events[0][1]) == (([2, 3]) if assignor == "range" else [1, 3])
+    assert all(mine for _, _, mine in a.events + b.events)  # callbacks on the polling thread
+    assert len(a.generations) >= 3 and min(a.generations) >= 0  # joined, b came, b went
+
+
+def test_send_offsets_to_transaction_with_the_group_metadata(
+        noida_broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    # KIP-447: the transaction commits the consumer's positions under its generation. noida-db
+    # (like Tansu) shows such offsets only once the transaction commits, rather than answering
+    # UNSTABLE_OFFSET_COMMIT (test_consumer.py covers that answer through the proxy).
+    create_topic(noida_broker, topic_name, 1)
+    plain = ck.Producer({"bootstrap.servers": noida_broker.bootstrap_servers})
+    plain.produce(topic_name, b"in", partition=0)
+    assert plain.flush(10) == 0
+    tp, group = TopicPartition(topic_name, 0), unique_name("group")
+    with ReadCommittedConsumer(noida_broker.bootstrap_servers, group_id=group,
+                               config={"auto.offset.reset": "earliest"}) as consumer, \
+            TransactionalProducer(noida_broker.bootstrap_servers,
+                                  transactional_id=unique_name("txn")) as producer:
+        consumer.subscribe([topic_name])
+        records: list[ConsumerRecord] = []
+        wait_for(lambda: bool(records.extend(consumer.poll(0.2)) or records))
+        metadata = consumer.group_metadata()
+        assert metadata.generation_id >= 0 and metadata.member_id
+        producer.init_transactions()
+        producer.begin_transaction(group_id=group)
+        producer.send(topic_name, b"out", partition=0)
+        producer.send_offsets_to_transaction({tp: consumer.position(tp)}, metadata)
+        producer.flush()
+        time.sleep(0.3)  # let TxnOffsetCommit land
+        assert consumer.committed([tp]) == {tp: None}
+        producer.commit_transaction()
+        assert consumer.committed([tp], timeout=10) == {tp: 1}
+
+
+def test_one_member_joins_commits_and_reads_its_commit_back(
+        tansu_broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    # Tansu holds JoinGroup for ~23 s (its initial rebalance delay): one join, no rebalance.
+    create_topic(tansu_broker, topic_name, 2)
+    plain = ck.Producer({"bootstrap.servers": tansu_broker.bootstrap_servers, "linger.ms": 0})
+    for i in range(10):
+        plain.produce(topic_name, b"%d" % i, partition=i % 2)
+    assert plain.flush(10) == 0
+    assigned: list[list[TopicPartition]] = []
+    a, b = TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)
+    with ReadCommittedConsumer(tansu_broker.bootstrap_servers, group_id=unique_name("group"),
+                               config={"auto.offset.reset": "earliest"}) as consumer:
+        consumer.subscribe([topic_name], on_assign=assigned.append)
+        records: list[ConsumerRecord] = []
+        deadline = time.monotonic() + 60
+        while len(records) < 10 and time.monotonic() < deadline:
+            records += consumer.poll(1.0)
+        assert len(records) == 10 and assigned == [[a, b]]
+        metadata = consumer.group_metadata()
+        assert metadata.generation_id >= 0 and metadata.member_id
+        consumer.commit()
+        assert consumer.committed([a, b]) == {a: 5, b: 5}

@@ -1,0 +1,288 @@
+"""Group membership, sans-IO: scripted conversations with the coordinator, time passed in.
+
+Responses are kafka-python objects built by hand; every error code goes through
+``eosclient.errors.error_for`` inside the machine, and the tests check what each kind of code
+makes it do next: join again (and with which member id and generation), find the coordinator
+again, retry later, or fail. States are reached only through public inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import pytest
+
+from eosclient._consumer import protocol as wire
+from eosclient._consumer.membership import TABLE, Input, Membership, Send, Settings, State
+from eosclient._core.types import TopicPartition as TP
+from eosclient._protocol.apis import APIS
+from eosclient.errors import ApiKey, FatalError, FencedError, IllegalStateError
+
+SETTINGS = Settings(group_id="g", assignors=("range", "roundrobin"), session_timeout=10.0,
+                    rebalance_timeout=60.0, heartbeat_interval=1.0, retry_backoff=0.1,
+                    retry_backoff_max=1.0)
+JOIN, SYNC, HEARTBEAT = (APIS[k].response for k in (ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP,
+                                                      ApiKey.HEARTBEAT))
+FIND = APIS[ApiKey.FIND_COORDINATOR].response
+
+
+def counts(topics: Collection[str]) -> Mapping[str, int]:
+    return dict.fromkeys(topics, 4)
+
+
+def no_counts(topics: Collection[str]) -> None:
+    return None
+
+
+def found(m: Membership, now: float = 0.0) -> None:
+    m.lookup.request()
+    m.lookup.on_response(FIND(version=3, error_code=0, error_message=None, node_id=1, host="h",
+                              port=9), now)
+
+
+def joined(member: str = "m1", leader: str = "m1", generation: int = 5, code: int = 0,
+           members: dict[str, list[str]] | None = None) -> Any:
+    subs = members if members is not None else {member: ["t"]}
+    return JOIN(version=7, throttle_time_ms=0, error_code=code, generation_id=generation,
+                protocol_type="consumer", protocol_name="range", leader=leader,
+                member_id=member, members=[
+                    JOIN.JoinGroupResponseMember(member_id=m, group_instance_id=None,
+                                                 metadata=wire.subscription_bytes(ts))
+                    for m, ts in subs.items()] if leader == member else [])
+
+
+def synced(partitions: list[TP], code: int = 0) -> Any:
+    return SYNC(version=5, throttle_time_ms=0, error_code=code, protocol_type="consumer",
+                protocol_name="range", assignment=wire.assignment_bytes(partitions))
+
+
+def beat(code: int = 0) -> Any:
+    return HEARTBEAT(version=4, throttle_time_ms=0, error_code=code)
+
+
+def one(sends: list[Send], kind: str) -> Send:
+    [send] = [s for s in sends if s.kind == kind]
+    return send
+
+
+def joining(now: float = 0.0) -> tuple[Membership, Send]:
+    m = Membership(SETTINGS)
+    m.subscribe(["t"], now)
+    found(m, now)
+    return m, one(m.poll(now, counts), "join")
+
+
+def stable(now: float = 0.0) -> tuple[Membership, float]:
+    m, join = joining(now)
+    m.on_response(join, joined(), now)
+    sync = one(m.poll(now, counts), "sync")
+    m.on_response(sync, synced([TP("t", 0), TP("t", 1)]), now)
+    assert m.take_assignment(now) == [TP("t", 0), TP("t", 1)]
+    return m, now
+
+
+def test_a_leader_joins_assigns_and_syncs() -> None:
+    m = Membership(SETTINGS)
+    m.subscribe(["t"], 0.0)
+    assert m.state is State.JOINING and m.poll(0.0, counts) == []  # no coordinator yet
+    found(m)
+    join = one(m.poll(0.0, counts), "join")
+    assert join.timeout == 65.0  # the rebalance timeout, plus Java's 5 s
+    assert [p.name for p in join.request.protocols] == ["range", "roundrobin"]
+    assert wire.read_subscription(join.request.protocols[0].metadata) == ["t"]
+    # KIP-394: the first join is refused with a member id to join with.
+    m.on_response(join, joined(member="m1", code=79), 0.0)
+    again = one(m.poll(0.0, counts), "join")
+    assert again.request.member_id == "m1"
+    m.on_response(again, joined(members={"m1": ["t"], "m2": ["t"]}), 0.0)
+    assert m.state is State.SYNCING and (m.member_id, m.generation) == ("m1", 5)
+    sync = one(m.poll(0.0, counts), "sync")
+    handed = {a.member_id: wire.read_assignment(a.assignment) for a in sync.request.assignments}
+    assert handed == {"m1": [TP("t", 0), TP("t", 1)], "m2": [TP("t", 2), TP("t", 3)]}
+    m.on_response(sync, synced(handed["m1"]), 0.0)
+    assert m.state is State.ASSIGNING
+    assert m.take_assignment(0.1) == handed["m1"] and m.state is State.STABLE
+    assert m.poll(0.5, counts) == []
+    assert one(m.poll(1.0, counts), "heartbeat").request.generation_id == 5
+
+
+def test_the_leader_waits_for_the_metadata_of_every_members_topics() -> None:
+    m, join = joining()
+    m.on_response(join, joined(members={"m1": ["t"], "m2": ["u"]}), 0.0)
+    assert m.poll(0.0, no_counts) == []
+    sync = one(m.poll(0.1, counts), "sync")
+    assert len(sync.request.assignments) == 2
+
+
+def test_a_follower_syncs_without_assignments() -> None:
+    m, join = joining()
+    m.on_response(join, joined(member="m2", leader="m1"), 0.0)
+    assert one(m.poll(0.0, no_counts), "sync").request.assignments == []
+
+
+@pytest.mark.parametrize(("code", "state", "member", "generation"), [
+    (27, State.REVOKING, "m1", 5),  # REBALANCE_IN_PROGRESS: rejoin, generation still valid
+    (22, State.REVOKING, "m1", -1),  # ILLEGAL_GENERATION
+    (25, State.REVOKING, "", -1),  # UNKNOWN_MEMBER_ID: a new member id too
+    (16, State.STABLE, "m1", 5),  # NOT_COORDINATOR: find it again, keep heartbeating
+    (14, State.STABLE, "m1", 5),  # COORDINATOR_LOAD_IN_PROGRESS: heartbeat again later
+])
+def test_heartbeat_errors(code: int, state: State, member: str, generation: int) -> None:
+    m, _ = stable()
+    m.on_response(one(m.poll(1.0, counts), "heartbeat"), beat(code), 1.0)
+    assert (m.state, m.member_id, m.generation) == (state, member, generation)
+    assert (m.lookup.node is None) is (code == 16)
+
+
+@pytest.mark.parametrize(("code", "kind"), [(30, FatalError), (82, FencedError), (35, FatalError)])
+def test_fatal_heartbeat_errors_fail_the_membership(code: int, kind: type[Exception]) -> None:
+    m, _ = stable()
+    m.on_response(one(m.poll(1.0, counts), "heartbeat"), beat(code), 1.0)
+    assert m.state is State.FAILED and isinstance(m.error, kind) and m.error.code == code
+
+
+def test_revoking_waits_for_the_application_then_joins_again() -> None:
+    m, _ = stable()
+    m.on_response(one(m.poll(1.0, counts), "heartbeat"), beat(27), 1.0)
+    assert [s.kind for s in m.poll(1.0, counts)] == []  # nothing until the application revoked
+    m.revoked(1.2)
+    join = one(m.poll(1.2, counts), "join")
+    assert join.request.member_id == "m1"
+
+
+@pytest.mark.parametrize(("code", "member", "sent_at"), [
+    (25, "", 0.0),  # UNKNOWN_MEMBER_ID: at once, without a member id
+    (27, "m1", 0.0),  # REBALANCE_IN_PROGRESS: at once
+    (14, "m1", 0.1),  # COORDINATOR_LOAD_IN_PROGRESS: after the backoff
+])
+def test_join_errors_that_join_again(code: int, member: str, sent_at: float) -> None:
+    m, join = joining()
+    m.on_response(join, joined(member="m1", code=79), 0.0)  # KIP-394: now it is "m1"
+    join = one(m.poll(0.0, counts), "join")
+    m.on_response(join, joined(member="", code=code), 0.0)
+    assert m.state is State.JOINING
+    if sent_at:
+        assert m.poll(0.0, counts) == []
+    again = one(m.poll(sent_at + 0.05, counts), "join")
+    assert again.request.member_id == member
+
+
+def test_a_cut_join_finds_the_coordinator_again() -> None:
+    m, join = joining()
+    m.on_failure(join, FatalError("cut"), 0.0)
+    assert m.lookup.node is None and m.poll(5.0, counts) == []
+    found(m, 5.0)
+    assert one(m.poll(5.0, counts), "join")
+
+
+@pytest.mark.parametrize("code", [23, 24, 26, 81])
+def test_fatal_join_errors(code: int) -> None:
+    m, join = joining()
+    m.on_response(join, joined(code=code), 0.0)
+    assert m.state is State.FAILED and m.error is not None and m.error.code == code
+
+
+@pytest.mark.parametrize("code", [22, 25, 27, 16])
+def test_sync_errors_join_again(code: int) -> None:
+    m, join = joining()
+    m.on_response(join, joined(), 0.0)
+    m.on_response(one(m.poll(0.0, counts), "sync"), synced([], code=code), 0.0)
+    assert m.state is State.JOINING
+
+
+def test_an_answer_from_before_a_rejoin_is_ignored() -> None:
+    m, join = joining()
+    m.subscribe(["t", "u"], 0.1)  # the topics changed: a new join attempt
+    m.on_response(join, joined(), 0.2)
+    assert m.state is State.JOINING and m.generation == -1
+    assert wire.read_subscription(one(m.poll(0.2, counts), "join").request.protocols[0]
+                                  .metadata) == ["t", "u"]
+
+
+def test_a_silent_coordinator_ends_the_session() -> None:
+    m, _ = stable()
+    for t in range(1, 10):
+        m.on_failure(one(m.poll(float(t), counts), "heartbeat"), FatalError("cut"), float(t))
+        found(m, float(t))
+    m.poll(10.0, counts)
+    assert (m.state, m.member_id, m.generation) == (State.REVOKING, "", -1)
+
+
+def test_no_poll_for_the_poll_interval_leaves_the_group() -> None:
+    m, _ = stable()
+    for t in range(1, 60):  # heartbeats answered, but the application never polls again
+        m.on_response(one(m.poll(float(t), counts), "heartbeat"), beat(), float(t))
+    sends = m.poll(60.0, counts)
+    assert one(sends, "leave").request.member_id == "m1"
+    assert m.state is State.REVOKING and m.generation == -1
+
+
+def test_the_leader_rejoins_when_a_partition_count_changes() -> None:
+    m, _ = stable()
+    m.poll(0.5, lambda topics: dict.fromkeys(topics, 5))
+    assert m.state is State.REVOKING
+
+
+def test_a_refused_commit_makes_the_member_join_again() -> None:
+    m, _ = stable()
+    m.refused(22, 0.5)
+    assert m.state is State.REVOKING and m.generation == -1
+
+
+def test_leave_sends_leave_group_once() -> None:
+    m, _ = stable()
+    m.leave(0.5)
+    assert one(m.poll(0.5, counts), "leave").request.member_id == "m1"
+    m.leave(0.6)
+    assert m.poll(0.6, counts) == [] and m.state is State.UNJOINED
+
+
+def reach(state: State) -> Membership:
+    """A membership in ``state``, reached through public inputs only."""
+    if state is State.UNJOINED:
+        return Membership(SETTINGS)
+    if state is State.FAILED:
+        m, join = joining()
+        m.on_response(join, joined(code=23), 0.0)
+        return m
+    m, join = joining()
+    if state is State.JOINING:
+        return m
+    m.on_response(join, joined(member="m2", leader="m1"), 0.0)
+    if state is State.SYNCING:
+        return m
+    m.on_response(one(m.poll(0.0, counts), "sync"), synced([TP("t", 0)]), 0.0)
+    if state is State.ASSIGNING:
+        return m
+    m.take_assignment(0.0)
+    if state is State.REVOKING:
+        m.on_response(one(m.poll(1.0, counts), "heartbeat"), beat(27), 1.0)
+    return m
+
+
+@pytest.mark.parametrize("state", list(State))
+def test_reach_gets_every_state(state: State) -> None:
+    assert reach(state).state is state
+
+
+CALLS = {Input.CALL_ASSIGNED: lambda m: m.take_assignment(2.0),
+         Input.CALL_REVOKED: lambda m: m.revoked(2.0),
+         Input.CALL_SUBSCRIBE: lambda m: m.subscribe(["other"], 2.0),
+         Input.CALL_LEAVE: lambda m: m.leave(2.0)}
+
+
+@pytest.mark.parametrize("state", list(State))
+@pytest.mark.parametrize("call", list(CALLS))
+def test_every_application_call_follows_the_table(state: State, call: Input) -> None:
+    m = reach(state)
+    target = TABLE.get((state, call))
+    if call is Input.CALL_LEAVE and state is State.FAILED:
+        target = State.FAILED  # leave() after a failure is a no-op: the error stays
+    if target is None:
+        with pytest.raises(IllegalStateError):
+            CALLS[call](m)
+        assert m.state is state  # refused: nothing changed
+    else:
+        CALLS[call](m)
+        assert m.state is target

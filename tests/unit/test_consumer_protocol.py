@@ -1,0 +1,131 @@
+"""The consumer's wire adapter: consumer protocol bytes, and requests at every version used.
+
+Subscriptions and assignments are what JoinGroup and SyncGroup carry as opaque bytes; every
+member of a group must read every other member's, so their layout is pinned with golden bytes
+(Kafka's ConsumerProtocolSubscription v1 / ConsumerProtocolAssignment v1) and round-tripped.
+Requests are encoded at every version eosclient may negotiate and decoded back with
+kafka-python's schema, so a field set for the wrong version shows up here, not on a broker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kafka.protocol.consumer import ConsumerProtocolSubscription
+
+from eosclient._consumer import protocol as wire
+from eosclient._core.types import TopicPartition as TP
+from eosclient._protocol.apis import APIS
+from eosclient.errors import ApiKey, ProtocolError
+
+topics = st.lists(st.text("abcxyz-._", min_size=1, max_size=8), max_size=5, unique=True)
+partitions = st.lists(st.builds(TP, st.sampled_from(["a", "b", "c"]), st.integers(0, 2**31 - 1)),
+                      max_size=20)
+
+
+def test_subscription_golden_bytes() -> None:
+    # version 1, topics ["a", "b"], user_data null, owned_partitions []
+    assert wire.subscription_bytes(["b", "a", "b"]) == (
+        b"\x00\x01" b"\x00\x00\x00\x02" b"\x00\x01a" b"\x00\x01b" b"\xff\xff\xff\xff"
+        b"\x00\x00\x00\x00")
+
+
+def test_assignment_golden_bytes() -> None:
+    # version 1, [("a", [0, 1])], user_data null
+    assert wire.assignment_bytes([TP("a", 1), TP("a", 0)]) == (
+        b"\x00\x01" b"\x00\x00\x00\x01" b"\x00\x01a" b"\x00\x00\x00\x02" b"\x00\x00\x00\x00"
+        b"\x00\x00\x00\x01" b"\xff\xff\xff\xff")
+
+
+@given(names=topics)
+def test_subscription_round_trip(names: list[str]) -> None:
+    assert wire.read_subscription(wire.subscription_bytes(names)) == sorted(names)
+
+
+@given(tps=partitions)
+def test_assignment_round_trip(tps: list[TP]) -> None:
+    assert wire.read_assignment(wire.assignment_bytes(tps)) == sorted(set(tps))
+
+
+def test_a_newer_subscription_version_is_read() -> None:
+    # Java's consumers send v3 (owned partitions, generation, rack): its topics still count.
+    data = ConsumerProtocolSubscription(topics=["x"], user_data=b"u", owned_partitions=[],
+                                        generation_id=4, rack_id="r").encode(version=3)
+    assert wire.read_subscription(bytes(data)) == ["x"]
+
+
+def test_empty_assignment_bytes_mean_no_partitions() -> None:
+    assert wire.read_assignment(b"") == [] and wire.read_assignment(None) == []
+
+
+@pytest.mark.parametrize("data", [b"\x00", b"\x00\x01\x00\x00\x00\x05\x00"])
+def test_garbage_is_a_protocol_error(data: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        wire.read_subscription(data)
+    with pytest.raises(ProtocolError):
+        wire.read_assignment(data)
+
+
+REQUESTS: dict[ApiKey, Any] = {
+    ApiKey.FIND_COORDINATOR: lambda: wire.find_coordinator("g"),
+    ApiKey.JOIN_GROUP: lambda: wire.join_group("g", "m", session_timeout_ms=45_000,
+                                               rebalance_timeout_ms=300_000,
+                                               protocols=[("range", b"meta")]),
+    ApiKey.SYNC_GROUP: lambda: wire.sync_group("g", 3, "m", "range", {"m": b"x", "n": b"y"}),
+    ApiKey.HEARTBEAT: lambda: wire.heartbeat("g", 3, "m"),
+    ApiKey.LEAVE_GROUP: lambda: wire.leave_group("g", "m"),
+    ApiKey.OFFSET_COMMIT: lambda: wire.offset_commit("g", 3, "m", {TP("t", 1): 7}),
+    ApiKey.OFFSET_FETCH: lambda: wire.offset_fetch("g", [TP("t", 1), TP("t", 0)]),
+    ApiKey.LIST_OFFSETS: lambda: wire.list_offsets([TP("t", 0)], wire.EARLIEST, 1),
+    ApiKey.FETCH: lambda: wire.fetch([(TP("t", 0), 5, 100)], isolation=1, max_wait_ms=500,
+                                     min_bytes=1, max_bytes=1000),
+}
+VERSIONS = [(key, v) for key in REQUESTS
+            for v in range(APIS[key].min_version, APIS[key].max_version + 1)]
+
+
+@pytest.mark.parametrize(("key", "version"), VERSIONS, ids=str)
+def test_every_request_encodes_at_every_version_used(key: ApiKey, version: int) -> None:
+    request = REQUESTS[key]()
+    decoded = type(request).decode(request.encode(version=version), version=version)
+    if key is ApiKey.OFFSET_FETCH:
+        if version >= 8:
+            assert [t.partition_indexes for t in decoded.groups[0].topics] == [[0, 1]]
+        else:
+            assert decoded.group_id == "g" and decoded.topics[0].partition_indexes == [0, 1]
+        assert decoded.require_stable is (version >= 7)
+    elif key is ApiKey.LEAVE_GROUP:
+        members = decoded.members if version >= 3 else None
+        assert (members[0].member_id if members else decoded.member_id) == "m"
+    elif key is ApiKey.FIND_COORDINATOR:
+        assert (decoded.coordinator_keys == ["g"]) if version >= 4 else decoded.key == "g"
+
+
+def test_offset_fetch_answers_are_read_in_both_shapes() -> None:
+    cls = APIS[ApiKey.OFFSET_FETCH].response
+    old_topic = cls.OffsetFetchResponseTopic
+    old = cls(version=7, topics=[old_topic(name="t", partitions=[
+        old_topic.OffsetFetchResponsePartition(partition_index=0, committed_offset=-1,
+                                               metadata="", error_code=0),
+        old_topic.OffsetFetchResponsePartition(partition_index=1, committed_offset=9,
+                                               metadata="", error_code=88)])], error_code=0)
+    group = cls.OffsetFetchResponseGroup
+    new = cls(version=8, groups=[group(group_id="g", error_code=15, topics=[
+        group.OffsetFetchResponseTopics(name="t", partitions=[
+            group.OffsetFetchResponseTopics.OffsetFetchResponsePartitions(
+                partition_index=0, committed_offset=4, metadata="", error_code=0)])])])
+    assert wire.read_offset_fetch(old) == (0, {TP("t", 0): wire.Offset(0, None),
+                                               TP("t", 1): wire.Offset(88, 9)})
+    assert wire.read_offset_fetch(new) == (15, {TP("t", 0): wire.Offset(0, 4)})
+
+
+def test_coordinator_answers_are_read_in_both_shapes() -> None:
+    cls = APIS[ApiKey.FIND_COORDINATOR].response
+    old = cls(version=3, error_code=0, error_message=None, node_id=2, host="h", port=9)
+    new = cls(version=4, coordinators=[cls.Coordinator(key="g", node_id=-1, host="", port=-1,
+                                                       error_code=15, error_message="loading")])
+    assert wire.read_coordinator(old) == (0, wire.Node(2, "h", 9), None)
+    assert wire.read_coordinator(new) == (15, None, "loading")
