@@ -21,12 +21,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from eosclient._core.delivery import DeliveryHandle
+from eosclient._core.encoder import Header
 from eosclient._core.partitioner import Partitioner
-from eosclient._core.records import DeliveryHandle, Record, RecordChecker, Serializer
+from eosclient._core.records import RecordChecker, Serializer, check_timestamp
 from eosclient._core.txn import Completion, State
 from eosclient._core.types import TopicPartition
 from eosclient._producer import args
-from eosclient._producer.results import DeliveryFuture, RecordMetadata
+from eosclient._producer.results import DeliveryFuture, RecordFuture, RecordMetadata, publish
 from eosclient._producer.routing import Groups, Router
 from eosclient._producer.sender import Sender
 from eosclient.config import ProducerConfig, build
@@ -108,7 +110,9 @@ class TransactionalProducer:
         self._lock, self._changed = sender.lock, sender.changed
         self._core, self._acc, self._metadata = sender.core, sender.acc, sender.metadata
         self._router = Router(sender)
-        self._linger = cfg.linger_ms / 1000
+        # send()'s inlined check: bytes key and value within this many bytes together need no
+        # other (-1 with a serializer: every record goes through the checker).
+        self._raw_limit = self._checker.fast_limit if self._checker.raw else -1
         self._closed = False
         if not cfg.transactional:
             self._core.init(time.monotonic(), float("inf"))  # idempotent: a producer id now
@@ -254,7 +258,10 @@ class TransactionalProducer:
             timestamp_ms: CreateTime in ms since the epoch (default: now).
 
         Returns:
-            A future of :class:`RecordMetadata`; it fails if the transaction is aborted.
+            A ``concurrent.futures.Future`` of :class:`RecordMetadata`; it fails if the
+            transaction is aborted. It is a light subclass, completed once per batch rather
+            than per record, that becomes a full Future only when waited on or given a
+            callback; it cannot be cancelled.
 
         Raises:
             RecordTypeError: a key, value, header, topic or timestamp of the wrong type.
@@ -266,22 +273,33 @@ class TransactionalProducer:
             KafkaTimeoutError: the topic's metadata did not arrive within ``max.block.ms``.
             Nothing was queued when any of these is raised.
         """
-        name, number = args.topic_of(topic), args.partition_of(partition)
-        stamp = _now_ms() if timestamp_ms is None else timestamp_ms
-        record = self._checker.one(key, value, headers, stamp)
+        # The hot path (~2 us a record, most of it Python calls): the common case (bytes, no
+        # serializer, no headers) is checked inline, the lock is taken once, and nothing is
+        # made per record but its encoded pieces and the RecordFuture, after the lock.
+        if type(topic) is not str or not topic:
+            args.topic_of(topic)  # raises
+        if partition is not None:
+            args.partition_of(partition)
+        stamp = _time_ns() // 1_000_000 if timestamp_ms is None else check_timestamp(timestamp_ms)
+        extra: Sequence[Header] = ()
+        if type(value) is not bytes or headers is not None or (
+                key is not None and type(key) is not bytes) or len(value) + (
+                len(key) if key else 0) > self._raw_limit:  # else: nothing more to check
+            key, value, extra, stamp = self._checker.one(key, value, headers, stamp)
         with self._lock:
-            self._check_open()
-            tp = self._router.target(name, number, record.key)
-            generation = self._core.send(tp)
-            now = time.monotonic()
-            handle = self._acc.append_record(tp, record, now=now, generation=generation)
-            self._nudge(now, _size(record))
-            future: DeliveryFuture[RecordMetadata] = DeliveryFuture(
-                handle, self._sender.settled, True)
-            if not handle.done():
-                future.watch()
-                return future
-        future.resolve()
+            if self._closed or self._sender.crashed is not None:
+                self._check_open()
+            tp = self._router.target(topic, partition, key)
+            now = _monotonic()
+            outcome, delta = self._acc.append_record(
+                tp, stamp, key, value, extra, now, self._core.send(tp))
+            if not delta:  # it opened a batch: the one before may be full, sticky may move
+                self._router.batch_opened()
+                if self._sender.sleeping:  # the I/O thread sends the full batch, or starts
+                    self._sender.wake()  # the new one's linger timer
+        future = RecordFuture(outcome, delta, stamp)
+        if not delta and outcome.state:  # failed at once: its transaction was aborted
+            publish((outcome,))
         return future
 
     def send_batch(self, topic: str, values: Sequence[object],
@@ -289,12 +307,15 @@ class TransactionalProducer:
                    partition: int | None = None) -> Future[list[RecordMetadata]]:
         """Queue many header-less records at once (the fast path); one future for all.
 
-        Every record is checked before any is queued. Keyless records without a partition go
-        to one partition (the sticky one); keyed ones are spread by the partitioner.
+        Every record is checked before any is queued. Keyed records go where the partitioner
+        puts them; keyless ones without a partition fill a batch on the sticky partition, then
+        one on the next partition, and so on (as ``send()``'s keyless records move on when a
+        batch fills, KIP-480), only on partitions the transaction accepts.
 
         Returns:
-            A future of one :class:`RecordMetadata` per run of consecutive records written
-            together (``record_count`` says how many); it fails if any record is lost.
+            A future of one :class:`RecordMetadata` per run of records written together
+            (``record_count`` says how many); for keyless records in the order given, keyed
+            ones by partition. It fails if any record is lost.
 
         Raises:
             The same as :meth:`send`, and ValueError if ``keys`` and ``values`` differ in
@@ -302,21 +323,22 @@ class TransactionalProducer:
         """
         number = args.partition_of(partition)
         name = args.topic_of(topic)
-        pairs = self._checker.many(values, keys)
+        ks, vals = self._checker.many(values, keys)
         stamp = _now_ms()
         with self._lock:
             self._check_open()
-            groups = self._router.group(name, number, pairs, keyed=keys is not None)
+            groups = self._router.group(name, number, ks, vals)
             generation = 0
-            for tp in groups:  # every partition checked before any record is queued
+            for tp, _, _ in groups:  # every partition checked before any record is queued
                 generation = self._core.send(tp)
             now = time.monotonic()
             handle = self._append_groups(groups, stamp, now, generation)
+            self._router.batch_opened()  # batches filled: the sticky partition may have moved
             if handle is None:  # no records: done at once
                 done: Future[list[RecordMetadata]] = Future()
                 done.set_result([])
                 return done
-            self._nudge(now, self.config.batch_size)
+            self._sender.wake()
             future: DeliveryFuture[list[RecordMetadata]] = DeliveryFuture(
                 handle, self._sender.settled, False)
             if not handle.done():
@@ -418,19 +440,10 @@ class TransactionalProducer:
     def _append_groups(self, groups: Groups, stamp: int, now: float,
                        generation: int) -> DeliveryHandle | None:
         handle = None
-        for tp, (vals, ks) in groups.items():
+        for tp, ks, vals in groups:
             handle = self._acc.append_many(tp, vals, ks, timestamp_ms=stamp, now=now,
-                                           generation=generation, handle=handle)
+                                           generation=generation, handle=handle, checked=True)
         return handle
-
-    def _nudge(self, now: float, size: int) -> None:
-        """Wake the I/O thread if what was just queued may be due before it wakes anyway."""
-        sender = self._sender
-        if sender.sleeping:
-            sender.pending_bytes += size
-            if sender.pending_bytes >= self.config.batch_size or \
-                    sender.wake_at > now + self._linger:
-                sender.wake()
 
     def _abort_after(self, exc: BaseException, timeout: float | None) -> None:
         if isinstance(exc, FencedError | FatalError) or self._core.state in _DEAD:
@@ -466,5 +479,4 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _size(record: Record) -> int:
-    return (len(record.value) if record.value else 0) + (len(record.key) if record.key else 0)
+_time_ns, _monotonic = time.time_ns, time.monotonic  # module globals: the hot path looks them up

@@ -240,8 +240,9 @@ def test_lost_end_txn_answer_is_resumed_and_commits_exactly_once(
 def test_abort_waits_for_a_batch_due_for_resend_and_sends_it_first(
         broker: RunningBroker, unique_name: Callable[[str], str],
         make_producer: Callable[..., TransactionalProducer]) -> None:
-    # The core allows no drain while aborting; a batch waiting for its resend then never went
+    # The core allowed no drain while aborting; a batch waiting for its resend then never went
     # out, and EndTxn(abort), which must follow every batch (KAFKA-14053), never did either.
+    # Now the core's may_resend() lets exactly such resends out.
     topic = unique_name("t")
     create_topic(broker, topic)
     with KafkaProxy(broker.host, broker.port) as proxy:

@@ -315,25 +315,6 @@ def test_transaction_block_commits_on_success_and_aborts_on_exception(
     assert (committed, aborted, still_open) == ([b"kept", b"kept-too"], [b"dropped"], [])
 
 
-def test_send_batch_keyed_and_keyless(
-        broker: RunningBroker, unique_name: Callable[[str], str],
-        make_producer: Callable[..., TransactionalProducer]) -> None:
-    topic = create_topic(broker, unique_name("t"))
-    producer = make_producer(broker.bootstrap_servers, unique_name("txn"), **{"batch.size": 4096})
-    producer.init_transactions(TIMEOUT)
-    keyless, keyed = values("keyless", 1500), values("keyed", 500)
-    with producer.transaction():
-        first = producer.send_batch(topic, keyless)
-        second = producer.send_batch(topic, keyed, keys=keyed)
-        third = producer.send_batch(topic, [], partition=0)
-    runs: list[RecordMetadata] = first.result(TIMEOUT)
-    assert sum(run.record_count for run in runs) == len(keyless)
-    assert len({run.partition for run in runs}) == 1  # keyless: one (sticky) partition
-    assert sum(run.record_count for run in second.result(TIMEOUT)) == len(keyed)
-    assert third.result(TIMEOUT) == []
-    assert log_outcome(broker, topic)[0] == sorted(keyless + keyed)
-
-
 def test_bad_input_is_rejected_before_anything_is_queued(
         broker: RunningBroker, unique_name: Callable[[str], str],
         make_producer: Callable[..., TransactionalProducer]) -> None:

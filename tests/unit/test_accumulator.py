@@ -1,11 +1,10 @@
 """The accumulator, sans-IO: records appended, batches drained and decoded with kafka-python,
-answers fed back. Also the partitioner (murmur2 against Java's vectors) and codec selection."""
+answers fed back; codec selection. What it refuses and where records go (the partitioner):
+tests/unit/test_accumulator_input.py."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from itertools import pairwise
 from typing import Any
 
 import kafka.codec
@@ -16,15 +15,12 @@ from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords
 
 from eosclient._core.accumulator import AccumulatorSettings, ReadyBatch, RecordAccumulator
+from eosclient._core.delivery import DeliveryHandle, RecordDelivery
 from eosclient._core.partitioner import (
     StickyPartitions,
-    default_partitioner,
-    murmur2,
-    partition_for,
 )
 from eosclient._core.records import (
     Compression,
-    DeliveryHandle,
     available_compressions,
     compression_for,
 )
@@ -36,9 +32,6 @@ from eosclient.errors import (
     EpochBumpRequiredError,
     IllegalStateError,
     KafkaTimeoutError,
-    RecordTooLargeError,
-    RecordTypeError,
-    UsageError,
 )
 
 ID = ProducerIdentity(7000, 3)
@@ -48,8 +41,25 @@ TS = 1_700_000_000_000
 VALUE = b"v" * 100
 
 
-def every(tp: TopicPartition) -> bool:
-    return True
+class Gate:
+    """A drain gate: the listed partitions (None: all), the given generation (None: any)."""
+
+    def __init__(self, partitions: set[TopicPartition] | None = None,
+                 generation: int | None = None) -> None:
+        self.partitions, self.generation = partitions, generation
+        self.asked: list[tuple[str, TopicPartition, int | None]] = []
+
+    def may_drain(self, tp: TopicPartition, generation: int) -> bool:
+        self.asked.append(("drain", tp, generation))
+        return (self.partitions is None or tp in self.partitions) and (
+            self.generation is None or generation == self.generation)
+
+    def may_resend(self, tp: TopicPartition) -> bool:
+        self.asked.append(("resend", tp, None))
+        return self.partitions is None or tp in self.partitions
+
+
+every = Gate()
 
 
 def accumulator(identity: ProducerIdentity = ID, **overrides: Any) -> RecordAccumulator:
@@ -58,7 +68,7 @@ def accumulator(identity: ProducerIdentity = ID, **overrides: Any) -> RecordAccu
 
 
 def put(acc: RecordAccumulator, tp: TopicPartition = TP0, value: bytes | None = VALUE,
-        generation: int = 0, now: float = 0.0, **kwargs: Any) -> DeliveryHandle:
+        generation: int = 0, now: float = 0.0, **kwargs: Any) -> RecordDelivery:
     return acc.append(tp, kwargs.pop("key", None), value, kwargs.pop("headers", None),
                       timestamp_ms=TS, now=now, generation=generation)
 
@@ -75,9 +85,9 @@ def values(ready: ReadyBatch) -> list[bytes]:
     return [record.value for record in decode(ready)]
 
 
-def flush(acc: RecordAccumulator, ready: Callable[[TopicPartition], bool] = every,
+def flush(acc: RecordAccumulator, gate: Gate = every,
           now: float = 0.0) -> dict[TopicPartition, ReadyBatch]:
-    return acc.drain(ready, now, flush=True)
+    return acc.drain(gate, now, flush=True)
 
 
 # -- batching --------------------------------------------------------------------------------
@@ -133,7 +143,7 @@ def test_drain_takes_only_partitions_ready_allows() -> None:
     acc = accumulator()
     for tp in (TP0, TP1, TP2):
         put(acc, tp=tp)
-    assert set(flush(acc, ready=lambda tp: tp != TP1)) == {TP0, TP2}
+    assert set(flush(acc, Gate({TP0, TP2}))) == {TP0, TP2}
     assert acc.sequences.next_sequence(TP1) == 0  # no sequence spent on a gated partition
     assert set(flush(acc)) == {TP1}
 
@@ -160,6 +170,40 @@ def test_a_new_generation_starts_a_new_batch() -> None:
     assert flush(acc) == {}  # generation 1 waits until generation 0 is settled here
     acc.complete(first, 0, base_offset=0)
     assert values(flush(acc)[TP0]) == [b"g1"]
+
+
+def test_an_old_generation_batch_never_drains_even_before_fail_generation() -> None:
+    # drain took a partition-only predicate: only the producer's ordering (FailUnsent applied
+    # before any drain) kept a failed transaction's batch out of the next transaction.
+    acc = accumulator()
+    old = put(acc, value=b"g0", generation=0)
+    put(acc, tp=TP1, value=b"g1", generation=1)
+    gate = Gate(generation=1)  # the core moved on; fail_generation(0) not applied yet
+    drained = flush(acc, gate)
+    assert list(drained) == [TP1] and values(drained[TP1]) == [b"g1"]
+    assert ("drain", TP0, 0) in gate.asked and acc.sequences.next_sequence(TP0) == 0
+    acc.fail_generation(0, AbortableError("aborted"))
+    assert isinstance(old.exception(), AbortableError) and flush(acc, gate) == {}
+
+
+def test_a_resend_goes_where_the_gate_allows_resends_even_if_not_new_batches() -> None:
+    # While aborting, the core allows no new batch but must let a resend out: EndTxn(abort)
+    # waits for its answer (KAFKA-14053); the producer special-cased this outside the core.
+    acc = accumulator()
+    put(acc)
+    first = flush(acc)[TP0]
+    acc.complete(first, 6)  # NOT_LEADER_OR_FOLLOWER: due for a resend
+    put(acc)  # a new batch behind it
+
+    class Aborting(Gate):
+        def may_drain(self, tp: TopicPartition, generation: int) -> bool:
+            return False
+
+    assert flush(acc, Gate(set())) == {}  # the resend is gated too (e.g. leader unknown)
+    again = flush(acc, Aborting())[TP0]
+    assert again.data == first.data and again.ticket.attempt == 1
+    acc.complete(again, 0, base_offset=0)
+    assert flush(acc, Aborting()) == {} and acc.unsent_records() == 1
 
 
 def test_nothing_drains_before_an_identity() -> None:
@@ -219,72 +263,6 @@ def test_a_missing_codec_library_names_the_package(
     assert info.value.key == "compression.type"
 
 
-# -- bad input is rejected before anything is queued ---------------------------------------
-
-
-def test_a_record_over_max_request_size_is_rejected_before_queueing() -> None:
-    acc = accumulator(max_request_size=1000)
-    with pytest.raises(RecordTooLargeError, match=r"max\.request\.size") as info:
-        put(acc, value=b"x" * 1000)
-    assert isinstance(info.value, UsageError) and isinstance(info.value, ValueError)
-    assert acc.unsent_records() == 0 and flush(acc) == {}
-
-
-def test_bulk_with_one_oversized_record_queues_none() -> None:
-    acc = accumulator(max_request_size=1000)
-    with pytest.raises(RecordTooLargeError):
-        acc.append_many(TP0, [b"ok", b"ok", b"x" * 1000], timestamp_ms=TS, now=0, generation=0)
-    assert acc.unsent_records() == 0
-
-
-@pytest.mark.parametrize(("key", "value"), [(None, "text"), ("text", b"v"), (None, 42)])
-def test_non_bytes_key_or_value_is_rejected(key: object, value: object) -> None:
-    acc = accumulator()
-    with pytest.raises(RecordTypeError, match="serializer") as info:
-        acc.append(TP0, key, value, timestamp_ms=TS, now=0, generation=0)
-    assert isinstance(info.value, UsageError) and isinstance(info.value, TypeError)
-    with pytest.raises(RecordTypeError):
-        acc.append_many(TP0, [b"ok", value], [b"k", key], timestamp_ms=TS, now=0, generation=0)
-    assert acc.unsent_records() == 0
-
-
-@pytest.mark.parametrize("headers", [[("k", "text")], [(b"k", b"v")], [("only-key",)]])
-def test_bad_headers_are_rejected(headers: Any) -> None:
-    acc = accumulator()
-    with pytest.raises(RecordTypeError):
-        put(acc, headers=headers)
-    assert acc.unsent_records() == 0
-
-
-@pytest.mark.parametrize("stamp", [1.5e12, True, "now"])
-def test_a_non_int_timestamp_is_rejected(stamp: Any) -> None:
-    acc = accumulator()
-    with pytest.raises(RecordTypeError, match="timestamp_ms"):
-        acc.append(TP0, None, b"v", timestamp_ms=stamp, now=0, generation=0)
-
-
-def test_serializers_turn_objects_into_bytes() -> None:
-    acc = accumulator(key_serializer=lambda k: str(k).encode(),
-                      value_serializer=lambda v: repr(v).encode())
-    acc.append(TP0, 12, {"a": 1}, timestamp_ms=TS, now=0, generation=0)
-    acc.append_many(TP0, [[1], [2]], ["x", "y"], timestamp_ms=TS, now=0, generation=0)
-    records = list(decode(flush(acc)[TP0]))
-    assert [(r.key, r.value) for r in records] == [
-        (b"12", b"{'a': 1}"), (b"x", b"[1]"), (b"y", b"[2]")]
-
-
-def test_mismatched_keys_and_values_are_rejected() -> None:
-    with pytest.raises(ValueError, match="2 keys for 1 values"):
-        accumulator().append_many(TP0, [b"v"], [b"a", b"b"], timestamp_ms=TS, now=0,
-                                  generation=0)
-
-
-def test_bad_settings_name_the_kafka_key() -> None:
-    with pytest.raises(ConfigError) as info:
-        AccumulatorSettings(linger_ms=-1)
-    assert info.value.key == "linger.ms"
-
-
 # -- handles and answers ---------------------------------------------------------------------
 
 
@@ -295,22 +273,22 @@ def test_success_gives_each_record_its_offset() -> None:
     with pytest.raises(IllegalStateError):
         handles[0].result()
     assert isinstance(acc.complete(flush(acc)[TP0], 0, base_offset=100), Acked)
-    assert [h.result()[0].offset for h in handles] == [100, 101, 102]
-    assert handles[2].result()[0].timestamp_ms == TS and handles[2].exception() is None
+    assert [h.result().offset for h in handles] == [100, 101, 102]
+    assert handles[2].result().timestamp_ms == TS and handles[2].exception() is None
 
 
 def test_duplicate_sequence_completes_without_an_offset() -> None:
     acc = accumulator()
     handle = put(acc)
     acc.complete(flush(acc)[TP0], 46, base_offset=5)
-    assert handle.result()[0].offset == -1
+    assert handle.result().offset == -1
 
 
 def test_log_append_time_replaces_create_time() -> None:
     acc = accumulator()
     handle = put(acc)
     acc.complete(flush(acc)[TP0], 0, base_offset=0, log_append_time_ms=TS + 5)
-    assert handle.result()[0].timestamp_ms == TS + 5
+    assert handle.result().timestamp_ms == TS + 5
 
 
 def test_bulk_handle_spans_batches_and_settles_when_all_are_written() -> None:
@@ -331,6 +309,18 @@ def test_bulk_handle_spans_batches_and_settles_when_all_are_written() -> None:
     assert next(s.offset for s in spans if s.tp == TP0) == 0
 
 
+def test_bulk_results_come_in_append_order_whatever_the_order_of_answers() -> None:
+    # The handle listed batches in the order they were answered, so a send_batch spread over
+    # partitions could not be mapped back to its records.
+    acc = accumulator()
+    handle = acc.append_many(TP0, [b"first"], timestamp_ms=TS, now=0, generation=0)
+    acc.append_many(TP1, [b"second"], timestamp_ms=TS, now=0, generation=0, handle=handle)
+    drained = flush(acc)
+    acc.complete(drained[TP1], 0, base_offset=70)
+    acc.complete(drained[TP0], 0, base_offset=30)
+    assert [(d.tp, d.offset) for d in handle.result()] == [(TP0, 30), (TP1, 70)]
+
+
 def test_an_empty_bulk_succeeds_at_once() -> None:
     # A send_batch of nothing must not leave a future that never settles.
     handle = accumulator().append_many(TP0, [], timestamp_ms=TS, now=0, generation=0)
@@ -346,18 +336,28 @@ def test_retriable_answer_resends_the_same_bytes_and_sequence() -> None:
     again = acc.drain(every, 0.0)[TP0]  # due at once, no linger
     assert again.data == first.data and again.ticket == first.ticket._replace(attempt=1)
     acc.complete(again, 0, base_offset=9)
-    assert handle.result()[0].offset == 9
+    assert handle.result().offset == 9
 
 
 def test_expired_records_fail_by_kind() -> None:
     acc = accumulator(delivery_timeout_ms=1000)
     sent, unsent = put(acc, tp=TP0), put(acc, tp=TP1)
-    flush(acc, ready=lambda tp: tp == TP0)
+    flush(acc, Gate({TP0}))
     assert acc.expire(now=0.999) == []
-    errors = acc.expire(now=1.0)
-    assert {type(e) for e in errors} == {KafkaTimeoutError, EpochBumpRequiredError}
+    expired = acc.expire(now=1.0)
+    assert {type(e.error) for e in expired} == {KafkaTimeoutError, EpochBumpRequiredError}
     assert isinstance(unsent.exception(), KafkaTimeoutError)  # never sent: no sequence used
     assert isinstance(sent.exception(), EpochBumpRequiredError)  # in flight: outcome unknown
+
+
+def test_an_expiry_names_the_identity_and_generation_of_its_batch() -> None:
+    # expire() returned bare errors, and the producer reported each with the core's *current*
+    # identity and generation, which may belong to a later transaction than the batch.
+    acc = accumulator(delivery_timeout_ms=1000)
+    put(acc, tp=TP0, generation=3)
+    flush(acc)  # in flight under ID
+    put(acc, tp=TP1, generation=4, now=0.5)  # never sent
+    assert sorted((e.identity, e.generation) for e in acc.expire(now=1.5)) == [(ID, 3), (ID, 4)]
 
 
 # -- generations (KIP-360) -------------------------------------------------------------------
@@ -409,7 +409,7 @@ def test_in_flight_batches_fail_when_the_identity_changes() -> None:
 _OPS = st.lists(
     st.one_of(
         st.tuples(st.just("append"), st.integers(0, 1), st.sampled_from([TP0, TP1])),
-        st.tuples(st.just("fail"), st.just(0), st.just(TP0)),
+        st.tuples(st.just("fail"), st.integers(0, 1), st.just(TP0)),
         st.tuples(st.just("drain"), st.integers(0, 1), st.just(TP0)),
         st.tuples(st.just("ack"), st.just(0), st.just(TP0)),
     ),
@@ -422,6 +422,8 @@ _OPS = st.lists(
 def test_no_drained_record_belongs_to_a_failed_generation(ops: list[tuple[str, int, Any]]) -> None:
     # The KIP-360 rule as a property: whatever the interleaving of appends to generations g and
     # g+1 with fail_generation(g), every drained batch holds records of one live generation.
+    # The gate allows only the current generation, and "fail" applies fail_generation only
+    # for arg 0: with arg 1 the gate alone must keep the dead generation's batches in.
     acc = accumulator(batch_size=300)
     current, dead, in_flight = 0, -1, []
     for op, arg, tp in ops:
@@ -429,62 +431,15 @@ def test_no_drained_record_belongs_to_a_failed_generation(ops: list[tuple[str, i
             generation = current + arg
             put(acc, tp=tp, value=b"%d" % generation, generation=generation)
         elif op == "fail":
-            acc.fail_generation(current, AbortableError("abort"))
+            if arg == 0:
+                acc.fail_generation(current, AbortableError("abort"))
             dead, current = current, current + 1
         elif op == "drain":
-            for ready in acc.drain(every, now=0.0, flush=bool(arg)).values():
+            for ready in acc.drain(Gate(generation=current), now=0.0,
+                                   flush=bool(arg)).values():
                 generations = {int(v) for v in values(ready)}
                 assert generations == {ready.generation}
                 assert ready.generation > dead
                 in_flight.append(ready)
         elif in_flight:
             acc.complete(in_flight.pop(0), 0, base_offset=0)
-
-
-# -- partitioning ----------------------------------------------------------------------------
-
-# Kafka's UtilsTest.testMurmur2 (signed Java ints), plus Sarama's JVM-generated byte vector.
-JAVA_MURMUR2 = [
-    (b"21", -973932308),
-    (b"foobar", -790332482),
-    (b"a-little-bit-long-string", -985981536),
-    (b"a-little-bit-longer-string", -1486304829),
-    (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
-    (b"abc", 479470107),
-    (bytes([12, 42, 56, 24, 109, 111]), 274204207),
-]
-
-
-@pytest.mark.parametrize(("key", "expected"), JAVA_MURMUR2)
-def test_murmur2_matches_java(key: bytes, expected: int) -> None:
-    assert murmur2(key) == expected
-    assert partition_for(key, 2**31 - 1) == (expected & 0x7FFFFFFF) % (2**31 - 1)
-
-
-def test_keyed_records_land_where_java_puts_them() -> None:
-    assert [partition_for(k, 12) for k, _ in JAVA_MURMUR2] == [
-        (h & 0x7FFFFFFF) % 12 for _, h in JAVA_MURMUR2]
-    acc = accumulator()
-    assert acc.choose_partition("t", b"foobar", 7) == (-790332482 & 0x7FFFFFFF) % 7
-    with pytest.raises(ValueError, match="at least one partition"):
-        partition_for(b"k", 0)
-
-
-def test_keyless_records_stick_to_a_partition_until_its_batch_fills() -> None:
-    acc = accumulator(batch_size=1024)
-    chosen = []
-    for _ in range(30):
-        partition = acc.choose_partition("out", None, 3)
-        chosen.append(partition)
-        put(acc, tp=TopicPartition("out", partition))
-    runs = [p for i, p in enumerate(chosen) if i == 0 or p != chosen[i - 1]]
-    assert len(runs) >= 3 and all(b == (a + 1) % 3 for a, b in pairwise(runs))
-
-
-def test_a_custom_partitioner_is_used() -> None:
-    acc = accumulator(partitioner=lambda topic, key, n: n - 1)
-    assert acc.choose_partition("t", b"k", 4) == 3
-    assert default_partitioner("t", None, 4) is None
-    bad = accumulator(partitioner=lambda topic, key, n: n)
-    with pytest.raises(ValueError, match="chose 4 of 4"):
-        bad.choose_partition("t", b"k", 4)

@@ -275,3 +275,41 @@ def test_close_fails_everything_and_is_idempotent(fake: Any) -> None:
     [answer] = client.close()
     assert isinstance(answer.error, KafkaConnectionError)
     assert client.close() == []
+
+
+def test_send_and_connect_leave_host_name_lookups_to_poll(
+        fake: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # r6: send() and connect(), run under the producer's lock, resolved host names (2.8 s send)
+    lookups: list[str] = []
+    real = socket.getaddrinfo
+
+    def recording(host: str, *args: Any, **kwargs: Any) -> Any:
+        lookups.append(host)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", recording)
+    broker = fake(lambda key, request: metadata_response(broker.port, {"t": 1}))
+    client = client_for(broker.port)
+    client.send(None, metadata_request(), lambda answer: None)
+    client.connect(-1)
+    assert lookups == [] and not client.ready(-1)
+    [answer] = run(client, 1)
+    assert answer.error is None and lookups == ["127.0.0.1"]
+    client.close()
+
+
+def test_a_close_by_the_broker_is_told_apart_from_a_timeout(fake: Any) -> None:
+    # The transaction core counts EndTxn attempts the broker answered by closing the connection
+    # (Tansu, for a stale epoch); the cause says which end closed it.
+    client = client_for(fake(lambda key, request: CLOSE).port)
+    client.send(None, metadata_request(), lambda answer: None)
+    [closed] = run(client, 1)
+    assert isinstance(closed.error, KafkaConnectionError)
+    assert isinstance(closed.error.__cause__, EOFError)
+    client.close()
+    client = client_for(fake(lambda key, request: DROP).port, request_timeout_ms=200)
+    client.send(None, metadata_request(), lambda answer: None)
+    [timed_out] = run(client, 1)
+    assert isinstance(timed_out.error, KafkaTimeoutError)
+    assert not isinstance(timed_out.error.__cause__, EOFError)
+    client.close()

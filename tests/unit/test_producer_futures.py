@@ -1,68 +1,80 @@
-"""DeliveryFuture: a concurrent.futures.Future whose Condition is made only when needed.
+"""The producer's futures: concurrent.futures.Future subclasses made cheaply.
 
-Every way of observing a Future must still work, whether it looks before or after the record
-settles: result(), exception(), done(), add_done_callback(), wait() and as_completed().
+RecordFuture (send()) reads a batch's shared outcome and becomes a full Future only when needed;
+DeliveryFuture (send_batch()) is fed by a handle. Every way of observing a Future must still
+work, whether it looks before or after the records settle: result(), exception(), done(),
+add_done_callback(), wait() and as_completed().
 """
 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import FIRST_COMPLETED, as_completed, wait
+from concurrent.futures import FIRST_COMPLETED, Future, as_completed, wait
 from typing import Any
 
 import pytest
 
-from eosclient._core.records import Delivered, DeliveryHandle
+from eosclient._core.delivery import BatchOutcome, Delivered, DeliveryHandle
 from eosclient._core.types import TopicPartition
-from eosclient._producer.results import DeliveryFuture, RecordMetadata
+from eosclient._producer.results import (
+    _FUTURE_FIELDS,
+    DeliveryFuture,
+    RecordFuture,
+    RecordMetadata,
+    publish,
+)
 from eosclient.errors import AbortableError
 
 TP = TopicPartition("t", 3)
+TS = 1_000
 
 
-def pending(single: bool = True) -> tuple[DeliveryFuture[Any], DeliveryHandle, list[Any]]:
-    handle = DeliveryHandle(1_000)
-    handle._add_part(1 if single else 2)
-    sink: list[Any] = []
-    future: DeliveryFuture[Any] = DeliveryFuture(handle, sink, single)
-    future.watch()
-    return future, handle, sink
-
-
-def settle(handle: DeliveryHandle, sink: list[Any], error: BaseException | None = None) -> None:
-    """What the I/O thread does: the handle settles under the lock, the future after it."""
+def settle(outcome: BatchOutcome, error: BaseException | None = None, base: int = 40) -> None:
+    """What the I/O thread does: the outcome settles under the lock, is published after it."""
     if error is None:
-        handle._succeed_part(Delivered(TP, 40, handle.record_count, 1_000))
+        outcome.succeed(base, -1)
     else:
-        handle._fail(error)
-    for future in sink:
-        future.resolve()
+        outcome.fail(error)
+    publish([outcome])
 
 
-def test_untouched_future_settles_without_a_condition() -> None:
-    future, handle, sink = pending()
-    settle(handle, sink)
-    assert "_condition" not in future.__dict__
-    assert future.done() and future.result() == RecordMetadata("t", 3, 40, 1_000, 1)
+def test_future_fields_are_what_future_init_sets() -> None:
+    # RecordFuture defers Future.__init__ and makes these on first access; a Python that adds
+    # a field to Future would break it silently.
+    probe: Future[Any] = Future()
+    assert set(vars(probe)) == _FUTURE_FIELDS
 
 
-def test_a_waiter_before_settling_is_woken() -> None:
-    future, handle, sink = pending()
+def test_untouched_futures_of_a_batch_settle_with_one_step_and_no_condition() -> None:
+    outcome = BatchOutcome(TP)
+    futures = [RecordFuture(outcome, delta, TS + delta) for delta in range(3)]
+    assert not any(f.done() for f in futures)
+    settle(outcome)
+    assert all("_condition" not in vars(f) for f in futures)
+    assert [f.result() for f in futures] == [
+        RecordMetadata("t", 3, 40 + d, TS + d, 1) for d in range(3)]
+    assert all(f.done() and f.exception() is None for f in futures)
+
+
+def test_a_waiter_before_publishing_is_woken() -> None:
+    outcome = BatchOutcome(TP)
+    future = RecordFuture(outcome, 1, TS)
     got: list[Any] = []
     waiter = threading.Thread(target=lambda: got.append(future.result(30)))
     waiter.start()
-    while "_condition" not in future.__dict__ or not future._condition._waiters:
+    while "_condition" not in vars(future) or not future._condition._waiters:
         threading.Event().wait(0.001)
-    settle(handle, sink)
+    settle(outcome)
     waiter.join(30)
-    assert got == [RecordMetadata("t", 3, 40, 1_000, 1)]
+    assert got == [RecordMetadata("t", 3, 41, TS, 1)]
 
 
 def test_callbacks_before_and_after_settling_run_once() -> None:
-    future, handle, sink = pending()
+    outcome = BatchOutcome(TP)
+    future = RecordFuture(outcome, 0, TS)
     calls: list[Any] = []
     future.add_done_callback(calls.append)
-    settle(handle, sink, AbortableError("lost"))
+    settle(outcome, AbortableError("lost"))
     future.add_done_callback(calls.append)
     assert calls == [future, future]
     assert isinstance(future.exception(), AbortableError)
@@ -70,20 +82,82 @@ def test_callbacks_before_and_after_settling_run_once() -> None:
         future.result()
 
 
+def test_a_callback_added_between_settling_and_publishing_runs_at_publishing() -> None:
+    # The outcome changes under the producer's lock; futures may see it only once published.
+    outcome = BatchOutcome(TP)
+    future = RecordFuture(outcome, 0, TS)
+    calls: list[Any] = []
+    outcome.succeed(7, -1)
+    future.add_done_callback(calls.append)
+    assert calls == [] and not future.done()
+    publish([outcome])
+    publish([outcome])  # publishing twice changes nothing
+    assert calls == [future] and future.result().offset == 7
+
+
 def test_wait_and_as_completed_see_both_orders() -> None:
-    early, early_handle, early_sink = pending()
-    settle(early_handle, early_sink)
-    late, late_handle, late_sink = pending(single=False)
-    timer = threading.Timer(0.05, settle, (late_handle, late_sink))
+    early_outcome, late_outcome = BatchOutcome(TP), BatchOutcome(TP)
+    early = RecordFuture(early_outcome, 0, TS)
+    settle(early_outcome)
+    late = RecordFuture(late_outcome, 0, TS)
+    timer = threading.Timer(0.05, settle, (late_outcome,))
     timer.start()
     done, _ = wait([late], timeout=30, return_when=FIRST_COMPLETED)
     assert done == {late}
     assert set(as_completed([early, late], timeout=30)) == {early, late}
-    assert late.result() == [RecordMetadata("t", 3, 40, 1_000, 2)]
 
 
-def test_a_delivery_future_cannot_be_cancelled() -> None:
+def test_log_append_time_and_unknown_offsets() -> None:
+    outcome = BatchOutcome(TP)
+    future = RecordFuture(outcome, 5, TS)
+    outcome.succeed(-1, TS + 9)  # DUPLICATE_SEQUENCE_NUMBER: written, offset unknown
+    publish([outcome])
+    assert future.result() == RecordMetadata("t", 3, -1, TS + 9, 1)
+
+
+def test_a_record_future_cannot_be_cancelled() -> None:
+    outcome = BatchOutcome(TP)
+    future = RecordFuture(outcome, 0, TS)
+    assert not future.cancel() and not future.cancelled() and not future.running()
+    settle(outcome)
+    assert future.result().offset == 40 and "finished" in repr(future)
+
+
+# -- DeliveryFuture (send_batch) --------------------------------------------------------------
+
+
+def pending(parts: int = 1) -> tuple[DeliveryFuture[Any], DeliveryHandle, list[Any]]:
+    handle = DeliveryHandle(TS)
+    handle._add_part(parts)
+    sink: list[Any] = []
+    future: DeliveryFuture[Any] = DeliveryFuture(handle, sink, False)
+    future.watch()
+    return future, handle, sink
+
+
+def resolve(handle: DeliveryHandle, sink: list[Any], error: BaseException | None = None) -> None:
+    if error is None:
+        handle._succeed_part(0, Delivered(TP, 40, handle.record_count, TS))
+    else:
+        handle._fail(error)
+    for future in sink:
+        future.resolve()
+
+
+def test_untouched_batch_future_settles_without_a_condition() -> None:
     future, handle, sink = pending()
+    resolve(handle, sink)
+    assert "_condition" not in vars(future)
+    assert future.done() and future.result() == [RecordMetadata("t", 3, 40, TS, 1)]
+
+
+def test_batch_future_waiters_and_callbacks() -> None:
+    future, handle, sink = pending(parts=2)
+    calls: list[Any] = []
+    future.add_done_callback(calls.append)
+    timer = threading.Timer(0.05, resolve, (handle, sink, AbortableError("lost")))
+    timer.start()
+    done, _ = wait([future], timeout=30, return_when=FIRST_COMPLETED)
+    assert done == {future} and calls == [future]
+    assert isinstance(future.exception(), AbortableError)
     assert not future.cancel() and not future.cancelled()
-    settle(handle, sink)
-    assert future.result().offset == 40

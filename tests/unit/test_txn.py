@@ -18,6 +18,7 @@ from hypothesis.stateful import (
 )
 
 from eosclient._core._txn_table import ABSORBING, StateMachine
+from eosclient._core.accumulator import AccumulatorSettings, RecordAccumulator
 from eosclient._core.txn import (
     IDEMPOTENT_TABLE,
     TRANSACTIONAL_TABLE,
@@ -572,6 +573,65 @@ def test_kip360_abort_fails_unsent_ends_then_bumps(code: int) -> None:
     assert not core.may_drain(TP0, failed_generation)  # the failed transaction's records never
 
 
+def test_resends_are_allowed_while_failing_and_aborting_new_batches_are_not() -> None:
+    # partition_ready() was False while ABORTING, so a batch due for a resend never drained and
+    # EndTxn(abort), which must follow its answer (KAFKA-14053), waited forever.
+    driver = Driver().in_txn(TP0)
+    core = driver.core
+    generation = core.send(TP0)
+    assert core.may_resend(TP0) and not core.may_resend(TP1)  # TP1 was never registered
+    driver.produce_error(45)  # another partition's sequence broke: the transaction is lost
+    assert core.state is State.ABORTABLE_ERROR
+    assert core.may_resend(TP0) and not core.may_drain(TP0, generation)
+    driver.batches = True  # TP0's batch waits for its resend
+    done = core.abort(1.0, 30.0)
+    assert core.state is State.ABORTING and driver.poll() == []  # no EndTxn before its answer
+    assert core.may_resend(TP0) and not core.may_drain(TP0, generation)
+    driver.batches = False  # the resend was answered
+    driver.run(END)
+    driver.run(INIT)  # the KIP-360 bump
+    assert done.done and core.state is State.READY
+    assert not core.may_resend(TP0)  # the transaction is over: nothing of it goes out again
+
+
+def test_nothing_is_resent_after_a_fence() -> None:
+    driver = Driver().in_txn(TP0)
+    driver.produce_error(90)  # PRODUCER_FENCED
+    assert driver.core.state is State.FENCED and not driver.core.may_resend(TP0)
+
+
+def test_idempotent_resends_only_while_ready() -> None:
+    driver = Driver(None)
+    driver.core.init(0.0, 30.0)
+    assert not driver.core.may_resend(TP0)
+    driver.run(INIT)
+    assert driver.core.may_resend(TP0)
+    driver.produce_error(45)  # re-initialising: the old identity's batches are dropped
+    assert driver.core.state is State.INITIALIZING and not driver.core.may_resend(TP0)
+
+
+def test_the_core_as_drain_gate_keeps_a_failed_transaction_out_of_the_next() -> None:
+    # The accumulator used to take a partition-only predicate; a failed transaction's batch was
+    # kept out of the next one only because the producer applied FailUnsent before any drain.
+    driver = Driver().ready()
+    core = driver.core
+    acc = RecordAccumulator(AccumulatorSettings(), identity=core.identity)
+    core.begin(0.0, partitions=[TP0])
+    driver.run(ADD_PARTS)
+    failed = core.send(TP0)
+    acc.append(TP0, None, b"failed", timestamp_ms=0, now=0.0, generation=failed)
+    core.abort(0.0, 30.0)
+    driver.events.clear()  # FailUnsent(failed) is deliberately not applied
+    driver.run(END)
+    core.begin(1.0, partitions=[TP0])
+    driver.run(ADD_PARTS)
+    acc.append(TP0, None, b"next", timestamp_ms=0, now=1.0, generation=core.send(TP0))
+    assert acc.drain(core, 1.0, flush=True) == {}  # the failed batch blocks; it never goes
+    acc.fail_generation(failed, AbortableError("aborted"))
+    (ready,) = acc.drain(core, 1.0, flush=True).values()
+    assert ready.generation == core.generation
+
+
 @pytest.mark.parametrize("code", [-1, 35, 59])
 def test_bump_form_rejected_falls_back_to_plain_init(code: int) -> None:
     # Tansu answers the KIP-360 form with UNKNOWN_SERVER_ERROR (-1); old brokers 35 or 59
@@ -656,6 +716,9 @@ def test_unknown_end_txn_is_resumed_by_a_second_commit() -> None:
     second = core.commit(2.0, 30.0)
     assert not second.done and again.request.committed is True
     driver.respond(again)
+    (bump,) = driver.expect(INIT)  # the lost EndTxn may still land: bump before READY
+    assert (bump.request.producer_id, bump.request.producer_epoch) == (4000, 0)
+    driver.respond(bump)
     assert second.done and second.error is None and core.state is State.READY
 
 
@@ -698,12 +761,12 @@ def test_init_after_an_unanswered_commit_reinitialises_and_ignores_the_late_answ
     generation = core.generation
     init = core.init(1.5, 30.0)
     assert core.state is State.INITIALIZING
-    (plain,) = driver.expect(INIT)
-    assert plain.request.producer_id == -1  # the plain (fencing) form
+    (reinit,) = driver.expect(INIT)
+    assert reinit.request.producer_id == 4000  # the KIP-360 form: never takes the id back
     assert driver.events[-1].generation == generation  # type: ignore[union-attr]
     driver.respond(end, 47)  # the old epoch's EndTxn, answered late: not a fence of this one
     assert core.state is State.INITIALIZING
-    driver.respond(plain)
+    driver.respond(reinit)
     assert core.state is State.READY and core.identity.epoch == 1 and init.done
 
 
@@ -928,6 +991,9 @@ class RandomConversation(RuleBasedStateMachine):
                 self.core.send(TP0)
         if self.core.state not in (State.IN_TRANSACTION, State.COMMITTING):
             assert not self.core.partition_ready(TP0) and not self.core.partition_ready(TP1)
+        if self.core.state not in (State.IN_TRANSACTION, State.COMMITTING, State.ABORTING,
+                                   State.ABORTABLE_ERROR):
+            assert not self.core.may_resend(TP0) and not self.core.may_resend(TP1)
 
     @invariant()
     def generations_and_epochs_only_grow(self) -> None:

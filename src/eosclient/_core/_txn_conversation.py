@@ -6,6 +6,11 @@ emitted (as a ``SendRequest``) when its coordinator is known, a FindCoordinator 
 first when it is not; it is re-emitted after a retriable failure, with exponential backoff
 expressed as ``not_before`` (no sleeping). Every request object in flight maps back to its job,
 so an answer for a job that was cancelled meanwhile is recognised and dropped.
+
+It also remembers, per coordinator, whether that broker rejected InitProducerId's KIP-360 form
+(Tansu answers it with UNKNOWN_SERVER_ERROR): a bump to such a broker goes out in the plain form.
+The choice is per broker, never for the producer's life: a coordinator that moves to a broker
+that accepts the form gets it again.
 """
 
 from __future__ import annotations
@@ -13,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from eosclient._core._txn_values import Destination, Job, Output, SendRequest, Step
+from eosclient._core._txn_values import Destination, InitForm, Job, Output, SendRequest, Step
 from eosclient._core._txn_wire import Node
-from eosclient._core.types import ProducerIdentity
+from eosclient._core.types import NO_IDENTITY, ProducerIdentity
 from eosclient.errors import EosError
 
 __all__ = ["QUICK_RETRY", "Conversation"]
@@ -24,6 +29,7 @@ QUICK_RETRY = 0.020
 """Seconds before retrying CONCURRENT_TRANSACTIONS right after a transaction ended (KAFKA-5482)."""
 
 _REDISCOVER = frozenset({15, 16})  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: look it up again
+_KIP360_VERSION = 3  # InitProducerId's first version with producer id and epoch in the request
 
 
 class Conversation:
@@ -42,6 +48,7 @@ class Conversation:
         self._backoff_max = backoff_max
         self._flights: dict[int, Job] = {}
         self._coordinators: dict[tuple[Destination, str], Node] = {}
+        self._plain_only: set[Node] = set()  # coordinators that rejected the KIP-360 form
 
     def add(self, job: Job) -> None:
         """Start asking for ``job``; :meth:`emit` sends it."""
@@ -106,6 +113,7 @@ class Conversation:
             if node is None:
                 self._look_up(job.destination, job.key, job.not_before)
                 return
+        job.sent_to = node
         job.request, job.sent_as = build(job), identity
         self._flights[id(job.request)] = job
         self.outbox.append(SendRequest(job.request, job.destination, node, job.not_before))
@@ -126,8 +134,31 @@ class Conversation:
         job = self._flights.pop(id(request), None)
         if job is None or job.request is not request:
             raise ValueError(f"{type(request).__name__} is not a request in flight here")
-        job.request = None
+        job.request, job.sent_version = None, getattr(request, "API_VERSION", None)
         return None if job.done else job
+
+    # -- InitProducerId's form, per broker (KIP-360) -----------------------------------------
+
+    def init_form(self, job: Job) -> InitForm:
+        """The form to build an INIT job in: the bump form wherever its broker may accept it."""
+        if job.bump_from == NO_IDENTITY or job.sent_to in self._plain_only:
+            return InitForm.PLAIN
+        return InitForm.BUMP
+
+    def sent_form(self, job: Job) -> InitForm:
+        """The form the broker received: below v3 the KIP-360 fields are not on the wire."""
+        version = job.sent_version
+        old = version is not None and version < _KIP360_VERSION
+        return InitForm.PLAIN if old else job.form
+
+    def reject_bump_form(self, job: Job) -> None:
+        """``job``'s broker rejected the bump form: that broker gets the plain form from now on."""
+        if job.sent_to is not None:
+            self._plain_only.add(job.sent_to)
+
+    def plain_only(self) -> frozenset[Node]:
+        """The coordinators known to reject the KIP-360 form."""
+        return frozenset(self._plain_only)
 
     def found(self, job: Job, node: Node) -> None:
         """A FindCoordinator job's answer: remember the coordinator."""

@@ -1,11 +1,10 @@
-"""The transaction core's machinery: transitions and what entering a state does, and responses.
+"""The transaction core's machinery: transitions, what entering a state does, the calls' waits.
 
 Private; :class:`eosclient._core.txn.TransactionCore` is this class plus its public surface, and
 ``txn.py``'s docstring is the theory of operation. Here every state change goes through
 :meth:`TxnEngine._transition`, which looks the edge up in the table and then runs the one
-``_enter_*`` effect of the state entered (self-loops have no effect). Response handlers read
-codes, classify them only with :mod:`eosclient.errors`, and turn each error's *kind* into a
-retry or an input: retriable -> retry with backoff; otherwise the kind's ``RECV_*`` input.
+``_enter_*`` effect of the state entered (self-loops have no effect). What is asked of the
+coordinators and what their answers do is :mod:`eosclient._core._txn_answers`, the base class.
 """
 
 from __future__ import annotations
@@ -13,9 +12,8 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Iterable
-from typing import Any
 
-from eosclient._core import _txn_wire as wire
+from eosclient._core._txn_answers import CLOSES_MEAN_FENCED, TxnAnswers, input_for
 from eosclient._core._txn_conversation import Conversation
 from eosclient._core._txn_table import (
     ABSORBING,
@@ -35,56 +33,32 @@ from eosclient._core._txn_values import (
     FailUnsent,
     Job,
     Recovery,
-    SequencesReset,
     Step,
+    Stragglers,
     Wait,
 )
-from eosclient._core._txn_wire import GroupMetadata
 from eosclient._core.types import NO_IDENTITY, ProducerIdentity, TopicPartition
 from eosclient.errors import (
     AbortableError,
-    ApiKey,
     EosError,
-    EpochBumpRequiredError,
     FatalError,
-    FencedError,
     IllegalStateError,
     KafkaTimeoutError,
-    ProtocolError,
-    RetriableError,
-    error_for,
-    error_for_codes,
-    is_success,
 )
 
-__all__ = ["DRAINING", "OPEN", "TxnEngine", "input_for"]
+__all__ = ["CLOSES_MEAN_FENCED", "DRAINING", "OPEN", "TxnEngine", "input_for"]
 
 DRAINING = frozenset({State.IN_TRANSACTION, State.COMMITTING})
 """States in which registered partitions may be produced to."""
 OPEN = frozenset({State.IN_TRANSACTION, State.COMMITTING, State.ABORTING, State.ABORTABLE_ERROR})
 """States with a transaction whose batches' failures still matter."""
 
-_CONCURRENT_TRANSACTIONS = 51
-# InitProducerId codes that reject the KIP-360 bump form (see _error_table's notes): Tansu answers
-# UNKNOWN_SERVER_ERROR (-1), old brokers UNSUPPORTED_VERSION (35) or UNKNOWN_PRODUCER_ID (59).
-_BUMP_FORM_REJECTED = frozenset({-1, 35, 59})
 _TXN_CALLS = frozenset({Input.CALL_BEGIN, Input.CALL_SEND_OFFSETS, Input.CALL_COMMIT,
                         Input.CALL_ABORT})
 _RESUMABLE = frozenset({Input.CALL_INIT, Input.CALL_COMMIT, Input.CALL_ABORT})
 _ERROR_STATES = frozenset({State.ABORTABLE_ERROR, State.FENCED, State.FATAL})
 _FINISHES = {State.INITIALIZING: Input.CALL_INIT, State.COMMITTING: Input.CALL_COMMIT,
              State.ABORTING: Input.CALL_ABORT}
-
-
-def input_for(error: EosError) -> Input:
-    """The broker event an error's kind is (retriable errors never get here)."""
-    if isinstance(error, FencedError):
-        return Input.RECV_FENCED
-    if isinstance(error, EpochBumpRequiredError):
-        return Input.RECV_BUMP_REQUIRED
-    if isinstance(error, AbortableError):
-        return Input.RECV_ABORTABLE
-    return Input.RECV_FATAL
 
 
 def _again(error: EosError) -> EosError:
@@ -94,7 +68,7 @@ def _again(error: EosError) -> EosError:
     return twin
 
 
-class TxnEngine:
+class TxnEngine(TxnAnswers):
     """State, table, conversation, handlers: :class:`eosclient._core.txn.TransactionCore`."""
 
     def __init__(
@@ -120,7 +94,6 @@ class TxnEngine:
         self._waiters: list[Completion] = []
         self._timed_out: set[Input] = set()
         self._unclaimed: Input | None = None  # a call that timed out, then succeeded
-        self._bump_form_rejected = False
         self._incomplete = False
         self._reset_transaction()
 
@@ -133,6 +106,7 @@ class TxnEngine:
         self._groups: set[str] = set()  # groups whose AddOffsetsToTxn succeeded
         self._ending: Ending | None = None
         self._recovery = Recovery.ABORT
+        self._stragglers = Stragglers.NONE
         self._quiet_until = 0.0
 
     def _current(self, identity: ProducerIdentity, generation: int) -> bool:
@@ -141,7 +115,9 @@ class TxnEngine:
             return False
         if self.transactional_id is None:
             return self._machine.state in (State.READY, State.INITIALIZING)
-        return generation == self.generation and self._machine.state in OPEN
+        state = self._machine.state
+        ended = state in (State.COMMITTING, State.ABORTING) and self._ending is None
+        return generation == self.generation and state in OPEN and not ended  # ended: bumping
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -157,6 +133,7 @@ class TxnEngine:
     def _check(self, call: Input) -> None:
         """Raise, changing nothing, unless the table allows ``call`` here."""
         if self._machine.allows(call):
+            self._check_commit_turns_abort(call)
             return
         state = self._machine.state
         if state in _ERROR_STATES and self._error is not None:
@@ -165,6 +142,17 @@ class TxnEngine:
             raise IllegalStateError(f"{call.value} needs a transactional_id; this producer "
                                     "is idempotent only")
         raise IllegalStateError(self._machine.refusal(call))
+
+    def _check_commit_turns_abort(self, call: Input) -> None:
+        """COMMITTING -> abort only while no EndTxn(commit) went out: once one may have reached
+        the coordinator, an unconfirmed commit may only be retried as a commit."""
+        if call is not Input.CALL_ABORT or self._machine.state is not State.COMMITTING:
+            return
+        if self._ending is None or self._ending.outcome is not EndOutcome.UNSENT:
+            raise IllegalStateError(
+                f"{call.value} is not allowed in state COMMITTING once EndTxn(commit) was sent: "
+                "an unconfirmed commit may only be retried as a commit; call "
+                "commit_transaction() to resume it, or init_transactions() to re-initialise")
 
     def _call(self, call: Input, cause: str, now: float) -> None:
         self._check(call)
@@ -240,7 +228,7 @@ class TxnEngine:
         elif after is State.ABORTABLE_ERROR:
             self._enter_abortable(error)
         elif after is State.ABORTING:
-            self._enter_aborting()
+            self._enter_aborting(before)
         elif after is State.COMMITTING:
             self._ending = Ending(committed=True)
 
@@ -263,6 +251,7 @@ class TxnEngine:
         self._reset_transaction()
 
     def _enter_initializing(self, before: State, now: float) -> None:
+        successor_of = NO_IDENTITY  # a first init (or an idempotent one): any identity will do
         if before in (State.COMMITTING, State.ABORTING):
             error = AbortableError("init_transactions() re-initialised the producer: this "
                                    "client does not know the transaction's outcome")
@@ -270,16 +259,22 @@ class TxnEngine:
             self._resolve({Input.CALL_COMMIT, Input.CALL_ABORT, Input.CALL_SEND_OFFSETS}, error)
             self._conv.outbox.append(FailUnsent(self.generation, error))
             self._reset_transaction()
+            successor_of = self.identity  # the same instance: bump it, never take the id back
         self._conv.add(Job(Step.INIT, self._txn_destination(), key=self.transactional_id or "",
-                           not_before=now))
+                           bump_from=successor_of, not_before=now))
 
     def _enter_abortable(self, error: EosError | None) -> None:
         self._error = error
         self._ending = None
         self._resolve({Input.CALL_COMMIT, Input.CALL_SEND_OFFSETS}, error)
 
-    def _enter_aborting(self) -> None:
+    def _enter_aborting(self, before: State) -> None:
         error = self._error or AbortableError("the transaction was aborted")
+        if before is State.COMMITTING:  # turned into an abort before EndTxn(commit) went out
+            self._resolve({Input.CALL_COMMIT}, AbortableError(
+                "abort_transaction() was called while the commit waited: the transaction is "
+                "aborted"))
+            self._timed_out.discard(Input.CALL_COMMIT)
         self._conv.outbox.append(FailUnsent(self.generation, error))
         for job in self._conv.drop_unsent(REGISTRATION | {Step.FIND}):
             self._adding -= job.partitions  # never sent: the broker cannot have acted on it
@@ -293,182 +288,3 @@ class TxnEngine:
         if self.transactional_id is None:
             return Destination.ANY_BROKER
         return Destination.TXN_COORDINATOR
-
-    # -- the conversation -----------------------------------------------------------------
-
-    def _add_partitions_job(self, partitions: frozenset[TopicPartition], now: float) -> None:
-        self._adding |= partitions
-        self._conv.add(Job(Step.ADD_PARTITIONS, Destination.TXN_COORDINATOR,
-                           key=self.transactional_id or "", partitions=partitions,
-                           not_before=now))
-
-    def _register_group(self, group_id: str, now: float) -> None:
-        if group_id in self._groups or any(
-            job.step is Step.ADD_OFFSETS and job.group is not None
-            and job.group.group_id == group_id for job in self._conv.jobs
-        ):
-            return
-        self._conv.add(Job(Step.ADD_OFFSETS, Destination.TXN_COORDINATOR,
-                           key=self.transactional_id or "", group=GroupMetadata(group_id),
-                           not_before=now))
-
-    def _maybe_end(self, now: float) -> None:
-        """Start EndTxn once nothing it must follow is outstanding (KAFKA-14053)."""
-        ending = self._ending
-        if ending is None or self._conv.has((Step.END_TXN,)):
-            return
-        if self._incomplete or self._pending or self._conv.has(REGISTRATION):
-            return
-        if not (self._registered or self._groups):
-            self._end_confirmed("nothing was registered with the coordinator: nothing to end", now)
-            return
-        self._conv.add(Job(Step.END_TXN, Destination.TXN_COORDINATOR,
-                           key=self.transactional_id or "", committed=ending.committed,
-                           not_before=max(now, self._quiet_until)))
-
-    def _end_confirmed(self, cause: str, now: float) -> None:
-        self._ending = None
-        if self._machine.state is State.ABORTING and self._recovery is Recovery.BUMP_EPOCH:
-            self._transition(Input.RECV_END_TXN_BUMP, cause, now=now)
-            self._conv.add(Job(Step.INIT, Destination.TXN_COORDINATOR,
-                               key=self.transactional_id or "",
-                               bump=not self._bump_form_rejected, not_before=now))
-        else:
-            self._transition(Input.RECV_END_TXN_OK, cause, now=now)
-
-    def _ready(self, job: Job) -> bool:
-        """Gates on (re)sending: TxnOffsetCommit follows its group's AddOffsetsToTxn, and no
-        EndTxn attempt, first or repeated, goes out while a batch is incomplete (KAFKA-14053)."""
-        if job.step is Step.OFFSETS:
-            return job.key in self._groups
-        return job.step is not Step.END_TXN or not self._incomplete
-
-    def _build(self, job: Job) -> Any:
-        txn, me = self.transactional_id or "", self.identity
-        if job.step is Step.FIND:
-            return wire.find_coordinator(job.key,
-                                         group=job.target is Destination.GROUP_COORDINATOR)
-        if job.step is Step.INIT:
-            bump_from = me if job.bump else NO_IDENTITY
-            return wire.init_producer_id(self.transactional_id, self.transaction_timeout_ms,
-                                         bump_from)
-        if job.step is Step.ADD_PARTITIONS:
-            return wire.add_partitions(txn, me, job.partitions)
-        assert job.group is not None or job.step is Step.END_TXN
-        if job.step is Step.ADD_OFFSETS and job.group is not None:
-            return wire.add_offsets(txn, me, job.group.group_id)
-        if job.step is Step.OFFSETS and job.group is not None:
-            return wire.txn_offset_commit(txn, me, job.group, job.offsets)
-        return wire.end_txn(txn, me, committed=job.committed)
-
-    def _failed(self, job: Job, error: EosError, now: float) -> None:
-        """A job's answer carried ``error``: retry it, or feed the error's kind to the table."""
-        if isinstance(error, RetriableError):
-            quick = error.code == _CONCURRENT_TRANSACTIONS and (
-                job.step is Step.INIT or not (self._registered or self._groups)
-            )  # the previous transaction is still completing: retry soon (KAFKA-5482)
-            self._conv.retry(job, now, quick=quick, error=error)
-            return
-        ending = job.step in (Step.END_TXN, Step.INIT)
-        aborting = self._machine.state is State.ABORTING
-        if aborting and ending and input_for(error) is Input.RECV_ABORTABLE:
-            self._transition(Input.RECV_ABORTABLE, str(error), error=error, now=now)
-            self._conv.retry(job, now, error=error)  # the abort itself must still finish
-            return
-        self._conv.finish(job)
-        self._adding -= job.partitions
-        if job.waiter is not None:
-            job.waiter._finish(error)
-        self._transition(input_for(error), str(error), error=error, now=now)
-
-    def _handle(self, job: Job, response: Any, now: float) -> None:
-        if job.step is Step.FIND:
-            self._on_find(job, response, now)
-        elif job.step is Step.INIT:
-            self._on_init(job, response, now)
-        elif job.step is Step.ADD_PARTITIONS:
-            self._on_add_partitions(job, response, now)
-        elif job.step is Step.ADD_OFFSETS:
-            self._on_add_offsets(job, response, now)
-        elif job.step is Step.OFFSETS:
-            self._on_offsets(job, response, now)
-        else:
-            self._on_end_txn(job, response, now)
-
-    def _on_find(self, job: Job, response: Any, now: float) -> None:
-        code, message, node = wire.coordinator_of(response, job.key)
-        if is_success(ApiKey.FIND_COORDINATOR, code):
-            self._conv.found(job, node)
-        else:
-            self._failed(job, error_for(ApiKey.FIND_COORDINATOR, code, message), now)
-
-    def _on_init(self, job: Job, response: Any, now: float) -> None:
-        code = response.error_code
-        if is_success(ApiKey.INIT_PRODUCER_ID, code):
-            self._conv.finish(job)
-            new = ProducerIdentity(response.producer_id, response.producer_epoch)
-            old, self.identity = self.identity, new
-            self._conv.outbox.append(SequencesReset(old, new))
-            self._transition(Input.RECV_INIT_OK, f"producer id {new.producer_id}, epoch "
-                             f"{new.epoch}", now=now)
-        elif job.bump and code in _BUMP_FORM_REJECTED:
-            job.bump, self._bump_form_rejected = False, True  # KIP-360 fallback: the plain form
-            job.not_before = now
-        else:
-            self._failed(job, error_for(ApiKey.INIT_PRODUCER_ID, code), now)
-
-    def _on_add_partitions(self, job: Job, response: Any, now: float) -> None:
-        codes = wire.partition_codes(response)
-        api = ApiKey.ADD_PARTITIONS_TO_TXN
-        added = {tp for tp in job.partitions if tp in codes and is_success(api, codes[tp])}
-        self._registered |= added
-        self._adding -= job.partitions
-        error = error_for_codes(api, [codes[tp] for tp in job.partitions if tp in codes])
-        missing = job.partitions - codes.keys()
-        if error is None and missing:
-            error = ProtocolError(f"AddPartitionsToTxn: no result for {sorted(missing)}", api=api)
-        if error is None:
-            self._conv.finish(job)
-            self._transition(Input.RECV_REGISTERED, f"partitions {sorted(added)}", now=now)
-            return
-        if isinstance(error, RetriableError):
-            job.partitions = job.partitions - added
-            self._adding |= job.partitions
-        self._failed(job, error, now)
-
-    def _on_add_offsets(self, job: Job, response: Any, now: float) -> None:
-        code = response.error_code
-        if not is_success(ApiKey.ADD_OFFSETS_TO_TXN, code):
-            self._failed(job, error_for(ApiKey.ADD_OFFSETS_TO_TXN, code), now)
-            return
-        assert job.group is not None
-        self._conv.finish(job)
-        self._groups.add(job.group.group_id)
-        self._transition(Input.RECV_REGISTERED, f"group {job.group.group_id!r}", now=now)
-
-    def _on_offsets(self, job: Job, response: Any, now: float) -> None:
-        error = error_for_codes(ApiKey.TXN_OFFSET_COMMIT, wire.offset_commit_codes(response))
-        if error is not None:
-            self._failed(job, error, now)
-            return
-        self._conv.finish(job)
-        if job.waiter is not None:
-            job.waiter._finish(None)
-        self._transition(Input.RECV_REGISTERED, f"offsets of group {job.key!r}", now=now)
-
-    def _on_end_txn(self, job: Job, response: Any, now: float) -> None:
-        code = response.error_code
-        word = "commit" if job.committed else "abort"
-        if is_success(ApiKey.END_TXN, code):
-            self._conv.finish(job)
-            self._end_confirmed(f"EndTxn({word}) succeeded", now)
-            return
-        error = error_for(ApiKey.END_TXN, code)
-        if isinstance(error, EpochBumpRequiredError) and not job.committed:
-            # KIP-360: the coordinator lost this producer id, so there is nothing to end: bump.
-            self._recovery = Recovery.BUMP_EPOCH
-            self._conv.finish(job)
-            self._end_confirmed(str(error), now)
-            return
-        self._failed(job, error, now)
-

@@ -63,7 +63,7 @@ class Input(enum.Enum):
     RECV_ABORTABLE = "an AbortableError: the transaction is lost"
     RECV_BUMP_REQUIRED = "an EpochBumpRequiredError (KIP-360): lost, and the abort must bump"
     RECV_END_TXN_OK = "EndTxn succeeded (or there was nothing to end)"
-    RECV_END_TXN_BUMP = "EndTxn(abort) is over and KIP-360 asks for InitProducerId(id, epoch)"
+    RECV_END_TXN_BUMP = "EndTxn is over; bump first: KIP-360, or a lost request may land late"
     RECV_END_TXN_UNKNOWN = "EndTxn timed out or its connection dropped: outcome unknown"
     RECV_FENCED = "a FencedError: another instance owns the transactional.id"
     RECV_FATAL = "a FatalError, or a broker event the table does not allow"
@@ -108,10 +108,13 @@ TRANSACTIONAL_TABLE: Mapping[tuple[State, Input], State] = {
     (S.IN_TRANSACTION, In.RECV_FENCED): S.FENCED,
     (S.IN_TRANSACTION, In.RECV_FATAL): S.FATAL,
     (S.COMMITTING, In.CALL_COMMIT): S.COMMITTING,  # resume the same EndTxn(commit)
-    (S.COMMITTING, In.CALL_INIT): S.INITIALIZING,  # give up on the outcome; re-initialise
+    (S.COMMITTING, In.CALL_ABORT): S.ABORTING,  # only while no EndTxn(commit) was sent (guard)
+    (S.COMMITTING, In.CALL_INIT): S.INITIALIZING,  # give up on the outcome; re-initialise (bump)
     (S.COMMITTING, In.CALL_CLOSE): S.CLOSED,
     (S.COMMITTING, In.RECV_REGISTERED): S.COMMITTING,
     (S.COMMITTING, In.RECV_END_TXN_OK): S.READY,
+    (S.COMMITTING, In.RECV_END_TXN_BUMP): S.COMMITTING,  # committed; a lost request may land
+    (S.COMMITTING, In.RECV_INIT_OK): S.READY,  # bumped: a late copy now has a stale epoch
     (S.COMMITTING, In.RECV_END_TXN_UNKNOWN): S.COMMITTING,
     (S.COMMITTING, In.RECV_ABORTABLE): S.ABORTABLE_ERROR,
     (S.COMMITTING, In.RECV_BUMP_REQUIRED): S.ABORTABLE_ERROR,
@@ -168,8 +171,9 @@ _HINTS: Mapping[State, str] = {
     S.INITIALIZING: "init_transactions() has not finished; call it again to resume",
     S.READY: "no transaction is open; call begin_transaction() first",
     S.IN_TRANSACTION: "a transaction is open",
-    S.COMMITTING: "a commit is in progress; only commit_transaction() resumes it (an unconfirmed "
-    "commit may only be retried as a commit), or init_transactions() re-initialises",
+    S.COMMITTING: "a commit is in progress; commit_transaction() resumes it, abort_transaction() "
+    "aborts it until EndTxn(commit) is sent (then an unconfirmed commit may only be retried as a "
+    "commit), init_transactions() re-initialises",
     S.ABORTING: "an abort is in progress; abort_transaction() resumes it",
     S.ABORTABLE_ERROR: "the transaction failed; call abort_transaction()",
     S.FENCED: "the producer was fenced; close it",
@@ -260,7 +264,19 @@ Application calls are `CALL_*`, broker events `RECV_*`. A call without an edge r
 `IllegalStateError` and changes nothing (in ABORTABLE_ERROR, FENCED and FATAL it raises the
 error that put the producer there). A broker event without an edge moves to FATAL; FENCED, FATAL
 and CLOSED drop broker events and accept only `close()`. The theory of operation is in
-`eosclient/_core/txn.py`.
+`eosclient/_core/txn.py`, the recovery rules in `eosclient/_core/_txn_answers.py`; in short:
+
+* `abort_transaction()` in COMMITTING is allowed only while no EndTxn(commit) has been sent.
+* `RECV_END_TXN_BUMP` (COMMITTING or ABORTING): the end is confirmed, and the epoch is bumped
+  with InitProducerId(id, producer id, epoch) before READY, because KIP-360 asks for it or an
+  answer of the transaction was lost and its request may still land on the next transaction.
+* `RECV_INIT_OK` after a bump or a re-initialisation (`init_transactions()` in COMMITTING or
+  ABORTING, which uses the same KIP-360 form) needs the same producer id with epoch + 1 (or a
+  new producer id at epoch 0); any other answer is `RECV_FENCED`. A broker that rejects the
+  KIP-360 form gets the plain form: it bumps for whoever asks, so a successor that took the
+  transactional.id just before is fenced by it too (both stop; neither commits).
+* `RECV_FENCED` also follows three EndTxn attempts in a row answered by the broker closing the
+  connection (Tansu's answer to a stale epoch).
 """
 
 

@@ -16,6 +16,7 @@ from eosclient._core.types import NO_IDENTITY, ProducerIdentity, TopicPartition
 from eosclient.errors import ApiKey, EosError, IllegalStateError
 
 __all__ = [
+    "MAY_LAND_LATE",
     "REGISTRATION",
     "WAIT_OF",
     "Completion",
@@ -23,13 +24,16 @@ __all__ = [
     "EndOutcome",
     "Ending",
     "FailUnsent",
+    "InitForm",
     "Job",
     "Output",
     "Recovery",
     "SendRequest",
     "SequencesReset",
     "Step",
+    "Stragglers",
     "Wait",
+    "is_successor",
 ]
 
 
@@ -77,10 +81,26 @@ class Recovery(enum.Enum):
     BUMP_EPOCH = "EndTxn(abort), then InitProducerId(id, producer id, epoch) (KIP-360)"
 
 
+class Stragglers(enum.Enum):
+    """Whether a request of the transaction may still reach the coordinator after its end.
+
+    A request whose answer was lost (request timeout, cut connection) may still be queued at the
+    broker, which goes on processing what it has read after the client hung up. A late EndTxn,
+    TxnOffsetCommit or registration carries the transaction's epoch; if the next transaction used
+    the same epoch, it would land there (commit or abort it, rewind its offsets). So once such a
+    transaction has ended, the epoch is bumped before the next one: both brokers reject EndTxn
+    with the previous epoch (noida-db INVALID_PRODUCER_EPOCH 47; Tansu drops the connection).
+    """
+
+    NONE = "every coordinator request of the transaction was answered"
+    POSSIBLE = "an answer was lost: the request may still land; bump the epoch after the end"
+
+
 class EndOutcome(enum.Enum):
     """What is known about the EndTxn of the transaction being ended."""
 
-    PENDING = "not answered yet"
+    UNSENT = "no EndTxn sent yet: a commit may still be turned into an abort"
+    PENDING = "an EndTxn was sent and not answered yet"
     UNKNOWN = "an EndTxn was sent and its answer lost: the coordinator may have acted"
 
 
@@ -89,7 +109,7 @@ class Ending:
     """The end being worked on: commit or abort, and what is known of it."""
 
     committed: bool
-    outcome: EndOutcome = EndOutcome.PENDING
+    outcome: EndOutcome = EndOutcome.UNSENT
 
 
 class Wait(enum.Enum):
@@ -141,6 +161,25 @@ class Completion:
             self.done, self._error = True, error
 
 
+class InitForm(enum.Enum):
+    """The two forms of InitProducerId (the I/O layer picks the version; below v3 there is only
+    the plain one, so kafka-python drops the KIP-360 fields and the bump form goes out plain)."""
+
+    PLAIN = "InitProducerId(transactional id): a new epoch for whoever asks, fencing the owner"
+    BUMP = "InitProducerId(transactional id, producer id, epoch): KIP-360, the owner's bump only"
+
+
+def is_successor(old: ProducerIdentity, new: ProducerIdentity) -> bool:
+    """Whether ``new`` is what bumping ``old`` gives: the same producer id with epoch + 1, or a
+    new producer id at epoch 0 (the epoch ran out, or the coordinator forgot the producer id).
+
+    Anything else means another instance re-initialised the transactional.id in between.
+    """
+    if new.producer_id == old.producer_id:
+        return new.epoch == old.epoch + 1
+    return new.epoch == 0
+
+
 class Step(enum.Enum):
     """What a coordinator request is for; the value is its API."""
 
@@ -154,6 +193,8 @@ class Step(enum.Enum):
 
 REGISTRATION = frozenset({Step.ADD_PARTITIONS, Step.ADD_OFFSETS, Step.OFFSETS})
 """Steps that must all be settled before EndTxn."""
+MAY_LAND_LATE = REGISTRATION | {Step.END_TXN}
+"""Steps whose lost request could land on the next transaction (see :class:`Stragglers`)."""
 
 WAIT_OF: Mapping[Step, Wait] = {
     Step.FIND: Wait.COORDINATOR, Step.INIT: Wait.PRODUCER_ID,
@@ -173,12 +214,16 @@ class Job:
     partitions: frozenset[TopicPartition] = frozenset()
     group: GroupMetadata | None = None
     offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
-    bump: bool = False  # INIT: the KIP-360 form
+    bump_from: ProducerIdentity = NO_IDENTITY  # INIT: the answer must be its successor (KIP-360)
+    form: InitForm = InitForm.PLAIN  # INIT: the form of the request last built
     committed: bool = False  # END_TXN: commit or abort
     waiter: Completion | None = None
     not_before: float = 0.0
     attempts: int = 0
     request: Any = None  # in flight when set
     sent_as: ProducerIdentity = NO_IDENTITY
+    sent_to: Node | None = None  # the coordinator the last request went to (None: any broker)
+    sent_version: int | None = None  # the version the I/O layer sent it at, once answered
+    closes_in_a_row: int = 0  # END_TXN: attempts the broker answered by closing the connection
     maybe_applied: bool = False  # a request of it was lost: the broker may have acted
     done: bool = False

@@ -2,11 +2,14 @@
 
 Theory of operation
 -------------------
-``append`` checks a record (type, size: see :mod:`eosclient._core.records`) and writes it at once
-into the open batch of its partition with kafka-python's ``DefaultRecordBatchBuilder``, so that
-encoding cost is spread over the appends. A batch is *closed* when the builder refuses the next
-record (``batch.size``) or a newer batch follows it; it is *ready* when closed, when its
-``linger.ms`` has passed, or when the caller flushes.
+``append`` checks a record (type, size: see :mod:`eosclient._core.records`) and encodes it at
+once into the open batch of its partition (:mod:`eosclient._core.encoder`), so that encoding cost
+is spread over the appends; ``append_record`` is the same without the checks, for a caller that
+made them (the producer's ``send()``). A batch is *closed* when it refuses the next record
+(``batch.size``) or a newer batch follows it; it is *ready* when closed, when its ``linger.ms``
+has passed, or when the caller flushes. A batch's records share one outcome
+(:mod:`eosclient._core.delivery`): settling a batch is one change however many records it holds,
+and :meth:`RecordAccumulator.take_settled` lists the outcomes that changed.
 
 Every batch belongs to one *transaction generation*, an int the caller passes with each append
 (the producer counts its transactions). A record is never added to a batch of another generation,
@@ -18,13 +21,16 @@ reason a partition's batches of a newer generation wait until its batches of an 
 longer in flight.
 
 ``drain`` hands out at most one batch per partition (Produce v3+ accepts exactly one record batch
-per partition per request), resends first, only for partitions the caller's ``ready`` predicate
-allows (a known leader; KIP-609 pre-registration done), and within ``max_bytes``. A new batch
+per partition per request), resends first, and within ``max_bytes``. It asks a :class:`DrainGate`
+(the transaction core, wrapped by the I/O layer with leader and backoff checks) about every
+batch: a new batch goes only if ``may_drain(tp, generation)`` allows *its* generation, so a batch
+of a failed transaction stays put even if ``fail_generation`` has not been applied yet; a resend
+goes only if ``may_resend(tp)`` allows (also while aborting: EndTxn must follow it). A new batch
 gets its sequences from :class:`~eosclient._core.sequences.SequenceTracker` only here, at drain
 time, and is encoded then with the producer id, epoch, base sequence and transactional flag; a
 resend reuses those exact bytes.
 
-``complete`` feeds a partition's Produce answer back and settles the batch's handles; ``expire``
+``complete`` feeds a partition's Produce answer back and settles the batch's outcome; ``expire``
 gives up on batches whose ``delivery.timeout.ms`` passed; ``reset_identity`` follows an epoch
 bump. Nothing here reads a clock: ``now`` (seconds, monotonic) is passed in, and record
 timestamps (``timestamp_ms``, wall clock) are the caller's.
@@ -32,8 +38,8 @@ timestamps (``timestamp_ms``, wall clock) are the caller's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
 
 from eosclient._core.batches import (
     AccumulatorSettings,
@@ -41,9 +47,9 @@ from eosclient._core.batches import (
     ProducerBatch,
     ReadyBatch,
 )
-from eosclient._core.partitioner import StickyPartitions
+from eosclient._core.delivery import BatchOutcome, DeliveryHandle, RecordDelivery
+from eosclient._core.partitioner import StickyPartitions, default_partitioner
 from eosclient._core.records import (
-    DeliveryHandle,
     Record,
     RecordChecker,
     check_timestamp,
@@ -53,9 +59,43 @@ from eosclient._core.sequences import Acked, Failed, Outcome, SequenceTracker
 from eosclient._core.types import NO_IDENTITY, ProducerIdentity, TopicPartition
 from eosclient.errors import AbortableError, EosError, KafkaTimeoutError
 
-__all__ = ["AccumulatorSettings", "ProducerBatch", "ReadyBatch", "RecordAccumulator"]
+__all__ = [
+    "AccumulatorSettings",
+    "DrainGate",
+    "Expiry",
+    "ProducerBatch",
+    "ReadyBatch",
+    "RecordAccumulator",
+]
 
 _NO_TIMESTAMP = -1
+
+
+class DrainGate(Protocol):
+    """What :meth:`RecordAccumulator.drain` asks before taking a batch (the transaction core
+    answers both; the I/O layer adds its own checks: leader, node, retry backoff)."""
+
+    def may_drain(self, tp: TopicPartition, generation: int) -> bool:
+        """Whether a new batch of ``tp`` appended in ``generation`` may be sent now."""
+
+    def may_resend(self, tp: TopicPartition) -> bool:
+        """Whether a batch of ``tp`` due for a resend may be sent again now."""
+
+
+class Expiry(NamedTuple):
+    """A batch given up because its ``delivery.timeout.ms`` passed.
+
+    Attributes:
+        error: What its records failed with: :class:`KafkaTimeoutError` if it was never sent,
+            :class:`EpochBumpRequiredError` if it was in flight (outcome unknown).
+        identity: The producer identity it was sent under (never sent: the one it would have
+            been sent under).
+        generation: The transaction generation its records were appended in.
+    """
+
+    error: EosError
+    identity: ProducerIdentity
+    generation: int
 
 
 class RecordAccumulator:
@@ -66,6 +106,16 @@ class RecordAccumulator:
         identity: The producer identity, if already known; until :meth:`reset_identity`
             gives one, records queue up but nothing drains.
         sticky: Keyless partition choice (a seeded one makes tests reproducible).
+
+    Attributes:
+        append_record: ``append_record(tp, timestamp_ms, key, value, headers, now,
+            generation) -> (outcome, offset delta)``: queue one record that was checked
+            already (:meth:`prepare`: bytes or None key and value, checked headers, an int
+            timestamp), in ``generation``, at monotonic time ``now``. Returns the outcome of
+            its batch, shared with the batch's other records, and the record's offset delta
+            there; the outcome has already failed if ``generation`` was failed before (then
+            the record is in no batch, nor in :meth:`take_settled`). It is
+            :meth:`PartitionQueues.append` itself: ``send()`` pays for one call, not two.
 
     Raises:
         ConfigError: a setting is out of range or its codec is not installed.
@@ -88,18 +138,26 @@ class RecordAccumulator:
             identity, max_in_flight=settings.max_in_flight
         )
         self._sticky = sticky if sticky is not None else StickyPartitions()
+        self._keyless_sticky = settings.partitioner is default_partitioner
+        self._settled: list[BatchOutcome] = []
         self._queues = PartitionQueues(
             settings, compression_for(settings.compression_type),
             on_filled=lambda tp: self._sticky.batch_filled(tp.topic, tp.partition),
+            sink=self._settled,
         )
-        self._dead_through: int | None = None  # every generation <= this was failed
-        self._dead_error: BaseException | None = None
+        # The send() hot path is a single call, to the queues' own append: see the class doc.
+        self.append_record = self._queues.append
         self._drain_start = 0
 
     @property
     def settings(self) -> AccumulatorSettings:
         """The settings it was built with."""
         return self._settings
+
+    @property
+    def sticky(self) -> StickyPartitions:
+        """The keyless partition choice (KIP-480) :meth:`choose_partition` falls back to."""
+        return self._sticky
 
     @property
     def sequences(self) -> SequenceTracker[ProducerBatch]:
@@ -114,6 +172,8 @@ class RecordAccumulator:
         The configured partitioner decides; where it answers None (the default does for a
         keyless record), the topic's sticky partition (KIP-480) is used.
         """
+        if key is None and self._keyless_sticky:  # the hot path: skip a call answering None
+            return self._sticky.current(topic, num_partitions)
         chosen = self._settings.partitioner(topic, key, num_partitions)
         if chosen is None:
             return self._sticky.current(topic, num_partitions)
@@ -145,29 +205,6 @@ class RecordAccumulator:
         """
         return self._checker.one(key, value, headers, timestamp_ms)
 
-    def append_record(
-        self, tp: TopicPartition, record: Record, *, now: float, generation: int
-    ) -> DeliveryHandle:
-        """Queue a record from :meth:`prepare`.
-
-        Args:
-            tp: Its partition (see :meth:`choose_partition`).
-            record: The checked record.
-            now: The monotonic time, in seconds (starts linger and delivery timeout).
-            generation: The transaction generation the record belongs to.
-
-        Returns:
-            Its handle; already failed if ``generation`` was failed before.
-        """
-        handle = DeliveryHandle(record.timestamp_ms)
-        handle._add_part(1)
-        if self._is_dead(generation):
-            handle._fail(self._dead_failure())
-            return handle
-        batch, delta = self._queues.append(tp, record, now=now, generation=generation)
-        batch.parts.append((handle, delta, 1))
-        return handle
-
     def append(
         self,
         tp: TopicPartition,
@@ -178,10 +215,16 @@ class RecordAccumulator:
         timestamp_ms: int,
         now: float,
         generation: int,
-    ) -> DeliveryHandle:
-        """:meth:`prepare` then :meth:`append_record`: a bad record changes nothing."""
+    ) -> RecordDelivery:
+        """:meth:`prepare` then :meth:`append_record`: a bad record changes nothing.
+
+        Returns:
+            The record's place in its batch, readable as a handle.
+        """
         record = self._checker.one(key, value, headers, timestamp_ms)
-        return self.append_record(tp, record, now=now, generation=generation)
+        outcome, delta = self._queues.append(tp, record.timestamp_ms, record.key, record.value,
+                                             record.headers, now, generation)
+        return RecordDelivery(outcome, delta, record.timestamp_ms)
 
     def append_many(
         self,
@@ -193,6 +236,7 @@ class RecordAccumulator:
         now: float,
         generation: int,
         handle: DeliveryHandle | None = None,
+        checked: bool = False,
     ) -> DeliveryHandle:
         """Queue many records of one partition under one handle (the ``send_batch`` path).
 
@@ -208,6 +252,8 @@ class RecordAccumulator:
             now: The monotonic time, in seconds.
             generation: The transaction generation the records belong to.
             handle: A handle to add these records to; a new one if None.
+            checked: ``keys`` and ``values`` are lists from :meth:`RecordChecker.many`
+                already (the caller checked them; they are not checked again).
 
         Returns:
             The handle: it succeeds when every record is written, fails if any is lost.
@@ -217,27 +263,34 @@ class RecordAccumulator:
             RecordTooLargeError: a record exceeds ``max.request.size``.
             ValueError: ``keys`` and ``values`` differ in length.
         """
-        records = self._checker.many(values, keys)
+        ks, vals = (keys, values) if checked else self._checker.many(values, keys)
         stamp = check_timestamp(timestamp_ms)
         if handle is None:
             handle = DeliveryHandle(stamp)
-            if not records:
+            if not vals:
                 handle._succeed_if_empty()  # nothing to send: done at once
-        if not records:
+        if not vals:
             return handle
-        if self._is_dead(generation):
-            handle._add_part(len(records))
-            handle._fail(self._dead_failure())
+        dead = self._queues.dead(generation)
+        if dead is not None:
+            handle._add_part(len(vals))
+            handle._fail(dead)
             return handle
-        self._queues.append_all(tp, records, timestamp_ms=stamp, now=now, generation=generation,
-                                handle=handle)
+        self._queues.append_all(tp, ks, vals, timestamp_ms=stamp,  # type: ignore[arg-type]
+                                now=now, generation=generation, handle=handle)
         return handle
+
+    def take_settled(self) -> list[BatchOutcome]:
+        """The outcomes of the batches settled since the last call, oldest first."""
+        settled = self._settled[:]
+        self._settled.clear()
+        return settled
 
     # -- draining --------------------------------------------------------------------------
 
     def drain(
         self,
-        ready: Callable[[TopicPartition], bool],
+        gate: DrainGate,
         now: float,
         *,
         max_bytes: int | None = None,
@@ -246,8 +299,9 @@ class RecordAccumulator:
         """Take the batches to send now: at most one per partition (one Produce request).
 
         Args:
-            ready: Whether a partition may be produced to now (leader known, on the node this
-                request goes to, registered in the transaction). Call once per node.
+            gate: Asked about every candidate: ``may_drain(tp, generation)`` for a new batch,
+                ``may_resend(tp)`` for a resend (leader known and on the node this request
+                goes to, registered in the transaction, its generation the current one).
             now: The monotonic time, in seconds.
             max_bytes: Byte budget of the request (default ``max.request.size``); the first
                 batch is taken even if larger.
@@ -260,9 +314,7 @@ class RecordAccumulator:
         drained: dict[TopicPartition, ReadyBatch] = {}
         used = 0
         for tp in self._candidates():
-            if not ready(tp):
-                continue
-            size = self._next_size(tp, now, flush)
+            size = self._next_size(tp, gate, now, flush)
             if size is None:
                 continue
             if drained and used + size > budget:
@@ -273,7 +325,7 @@ class RecordAccumulator:
 
     def next_ready(self, now: float) -> float | None:
         """Seconds until some batch becomes ready by linger (0: one is ready now); None if
-        nothing is queued. Ignores the ``ready`` gating, so the I/O loop can sleep this long."""
+        nothing is queued. Ignores the gate, so the I/O loop can sleep this long."""
         if self._sequences.partitions_with_resends():
             return 0.0
         return self._queues.next_due(now)
@@ -322,35 +374,36 @@ class RecordAccumulator:
         Returns:
             How many records were failed.
         """
-        if self._dead_through is None or generation >= self._dead_through:
-            self._dead_through, self._dead_error = generation, error
+        self._queues.kill(generation, error)
         doomed = self._queues.remove(lambda batch: batch.generation <= generation)
         for batch in doomed:
             batch.fail(error)
         return sum(batch.count for batch in doomed)
 
-    def expire(self, now: float) -> list[EosError]:
+    def expire(self, now: float) -> list[Expiry]:
         """Fail batches whose ``delivery.timeout.ms`` passed.
 
         Unsent ones fail with :class:`KafkaTimeoutError` (they used no sequence); ones in
         flight fail with :class:`EpochBumpRequiredError` (their outcome is unknown, KIP-360).
 
         Returns:
-            One error per failed batch; report them to the transaction state machine (a
-            transaction that lost a record cannot commit).
+            One :class:`Expiry` per failed batch, with the identity and generation it belongs
+            to; report each to the transaction state machine, which ignores one of an identity
+            or transaction already over (a transaction that lost a record cannot commit).
         """
-        errors: list[EosError] = []
+        identity = self._sequences.identity  # every in-flight batch is of the current one
+        expired: list[Expiry] = []
         for batch in self._queues.expired(now):
             error: EosError = KafkaTimeoutError(
                 f"{batch.tp.topic}[{batch.tp.partition}]: {batch.count} record(s) not sent"
                 " within delivery.timeout.ms"
             )
             batch.fail(error)
-            errors.append(error)
+            expired.append(Expiry(error, identity, batch.generation))
         for batch, error in self._sequences.expire(now):
             batch.fail(error)
-            errors.append(error)
-        return errors
+            expired.append(Expiry(error, identity, batch.generation))
+        return expired
 
     def reset_identity(self, identity: ProducerIdentity, error: EosError | None = None) -> None:
         """Use a new producer identity (after InitProducerId or a KIP-360 bump).
@@ -381,13 +434,6 @@ class RecordAccumulator:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _is_dead(self, generation: int) -> bool:
-        return self._dead_through is not None and generation <= self._dead_through
-
-    def _dead_failure(self) -> BaseException:
-        assert self._dead_error is not None
-        return self._dead_error
-
     def _candidates(self) -> list[TopicPartition]:
         """Partitions with something to send, rotated so no partition starves (as Java)."""
         tps = list(dict.fromkeys([*self._sequences.partitions_with_resends(), *self._queues]))
@@ -397,14 +443,17 @@ class RecordAccumulator:
         self._drain_start += 1
         return tps[start:] + tps[:start]
 
-    def _next_size(self, tp: TopicPartition, now: float, flush: bool) -> int | None:
-        """Bytes of the batch :meth:`_take` would return for ``tp``, or None if none is due."""
+    def _next_size(self, tp: TopicPartition, gate: DrainGate, now: float,
+                   flush: bool) -> int | None:
+        """Bytes of the batch :meth:`_take` would return for ``tp``, or None if none may go."""
         resend = self._sequences.peek_resend(tp)
         if resend is not None:
-            return resend.size_bound()
+            return resend.size_bound() if gate.may_resend(tp) else None
         head = self._queues.due(tp, now, flush=flush)
         if head is None or not self._sequences.can_send(tp):
             return None
+        if not gate.may_drain(tp, head.generation):
+            return None  # e.g. a failed transaction's batch that FailUnsent has yet to remove
         if any(b.generation != head.generation for b in self._sequences.in_flight_payloads(tp)):
             return None  # an older generation is still in flight here: never mix them
         return head.size_bound()

@@ -4,39 +4,29 @@
 newest batch of its partition only if that batch is of the same transaction generation and not
 full.
 
-A :class:`ProducerBatch` owns a kafka-python ``DefaultRecordBatchBuilder`` from its first record
-until it is drained; then it is encoded once, with the producer id, epoch, base sequence and
-transactional flag of its :class:`~eosclient._core.sequences.SendTicket`, and keeps those bytes
-for every resend. A :class:`ReadyBatch` is one drained batch as it goes into a Produce request.
+A :class:`ProducerBatch` owns a :class:`~eosclient._core.encoder.BatchWriter` that encodes each
+record as it is appended; when the batch is drained it is closed once, with the producer id,
+epoch, base sequence and transactional flag of its :class:`~eosclient._core.sequences.SendTicket`
+(header, codec and CRC then), and keeps those bytes for every resend. Its records share one
+:class:`~eosclient._core.delivery.BatchOutcome`; ``send_batch`` handles are kept as parts. A
+:class:`ReadyBatch` is one drained batch as it goes into a Produce request.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from kafka.record.default_records import DefaultRecordBatchBuilder
-
+from eosclient._core.delivery import BatchOutcome, DeliveryHandle
+from eosclient._core.encoder import BatchWriter, Header
 from eosclient._core.partitioner import Partitioner, default_partitioner
-from eosclient._core.records import (
-    Compression,
-    Delivered,
-    DeliveryHandle,
-    Header,
-    Record,
-    Serializer,
-    compression_for,
-)
+from eosclient._core.records import Compression, Serializer, compression_for
 from eosclient._core.sequences import SendTicket
 from eosclient._core.types import TopicPartition
 from eosclient.errors import ConfigError
 
 __all__ = ["AccumulatorSettings", "PartitionQueues", "ProducerBatch", "ReadyBatch"]
-
-_MAGIC_V2 = 2
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AccumulatorSettings:
@@ -89,62 +79,56 @@ class ProducerBatch:
     generation: int
     created: float
     deadline: float
-    builder: Any  # kafka-python's DefaultRecordBatchBuilder until encoded, then None
-    count: int = 0
+    writer: BatchWriter  # its records, encoded as appended; emptied by encode()
+    codec: int
+    outcome: BatchOutcome  # shared with its send() records
+    sink: list[BatchOutcome]  # where the outcome goes once settled (the accumulator's list)
     full: bool = False
     data: bytes = b""
-    # (handle, offset delta of its first record here, how many of its records are here)
-    parts: list[tuple[DeliveryHandle, int, int]] = field(default_factory=list)
+    # send_batch() handles: (handle, its part number, offset delta of its first record here,
+    # records here)
+    parts: list[tuple[DeliveryHandle, int, int, int]] = field(default_factory=list)
 
     @classmethod
     def open(
         cls, tp: TopicPartition, generation: int, now: float, *, settings: AccumulatorSettings,
-        codec: Compression,
+        codec: Compression, sink: list[BatchOutcome],
     ) -> ProducerBatch:
         """A new, empty batch of ``tp`` for ``generation``, created at ``now``."""
-        builder = DefaultRecordBatchBuilder(
-            magic=_MAGIC_V2, compression_type=int(codec),
-            is_transactional=settings.transactional, producer_id=-1, producer_epoch=-1,
-            base_sequence=-1, batch_size=min(settings.batch_size, settings.max_request_size),
-        )
+        writer = BatchWriter(min(settings.batch_size, settings.max_request_size))
         deadline = now + settings.delivery_timeout_ms / 1000
-        return cls(tp, generation, now, deadline, builder)
+        return cls(tp, generation, now, deadline, writer, int(codec), BatchOutcome(tp), sink)
 
-    def try_append(
-        self, timestamp_ms: int, key: bytes | None, value: bytes | None, headers: list[Header]
-    ) -> bool:
-        """Add a record unless the batch is full; the first record always fits."""
-        if self.builder.append(self.count, timestamp_ms, key, value, headers) is None:
-            return False
-        self.count += 1
-        return True
+    @property
+    def count(self) -> int:
+        """Records in the batch."""
+        return self.writer.count
 
     def size_bound(self) -> int:
         """The encoded size at most: the uncompressed size until encoded, then exact."""
-        if self.builder is None:
-            return len(self.data)
-        size: int = self.builder.size()
-        return size
+        return len(self.data) if self.data else self.writer.size
 
     def encode(self, ticket: SendTicket, *, transactional: bool) -> bytes:
-        """Encode the batch for its first send; the builder is dropped, the bytes kept."""
+        """Encode the batch for its first send; the bytes are kept for every resend."""
         identity = ticket.identity
-        self.builder.set_producer_state(identity.producer_id, identity.epoch,
-                                        ticket.base_sequence, transactional)
-        self.data = bytes(self.builder.build())
-        self.builder = None
+        self.data = self.writer.build(
+            producer_id=identity.producer_id, producer_epoch=identity.epoch,
+            base_sequence=ticket.base_sequence, transactional=transactional,
+            compression=self.codec)
         return self.data
 
     def succeed(self, base_offset: int, log_append_time_ms: int) -> None:
-        """Settle every handle of the batch as written."""
-        for handle, first, count in self.parts:
-            offset = base_offset + first if base_offset >= 0 else -1
-            stamp = log_append_time_ms if log_append_time_ms >= 0 else handle.timestamp_ms
-            handle._succeed_part(Delivered(self.tp, offset, count, stamp))
+        """Settle the batch's records as written."""
+        self.outcome.succeed(base_offset, log_append_time_ms)
+        self.sink.append(self.outcome)
+        for handle, part, first, count in self.parts:
+            handle._succeed_part(part, self.outcome.delivered(first, handle.timestamp_ms, count))
 
     def fail(self, error: BaseException) -> None:
-        """Settle every handle of the batch as failed with ``error``."""
-        for handle, _, _ in self.parts:
+        """Settle the batch's records as failed with ``error``."""
+        self.outcome.fail(error)
+        self.sink.append(self.outcome)
+        for handle, _, _, _ in self.parts:
             handle._fail(error)
 
 
@@ -181,6 +165,7 @@ class PartitionQueues:
         codec: The compression codec of new batches.
         on_filled: Called with a partition whose batch just filled (moves the sticky
             partition, KIP-480).
+        sink: Where every batch puts its outcome once settled.
     """
 
     def __init__(
@@ -188,41 +173,81 @@ class PartitionQueues:
         settings: AccumulatorSettings,
         codec: Compression,
         on_filled: Callable[[TopicPartition], None],
+        sink: list[BatchOutcome],
     ) -> None:
         self._settings = settings
         self._codec = codec
         self._on_filled = on_filled
+        self._sink = sink
         self._linger = settings.linger_ms / 1000
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._dead_through = -1  # every generation <= this was failed (kill)
+        self._dead_error: BaseException | None = None
 
     def __iter__(self) -> Iterator[TopicPartition]:
         return iter(list(self._queues))
 
-    def append(
-        self, tp: TopicPartition, record: Record, *, now: float, generation: int
-    ) -> tuple[ProducerBatch, int]:
-        """Add one record; returns its batch and its offset delta there."""
-        batch = self._open(tp, generation, now)
-        if not batch.try_append(record.timestamp_ms, record.key, record.value, record.headers):
-            batch = self._close_and_open(batch, now)
-            batch.try_append(record.timestamp_ms, record.key, record.value, record.headers)
-        return batch, batch.count - 1
+    def append(  # noqa: PLR0917 (positional: the per-record hot path, keywords cost)
+        self, tp: TopicPartition, timestamp_ms: int, key: bytes | None, value: bytes | None,
+        headers: Sequence[Header], now: float, generation: int,
+    ) -> tuple[BatchOutcome, int]:
+        """Add one record; returns its batch's outcome and its offset delta there.
+
+        A record of a generation that :meth:`kill` failed gets an outcome failed already,
+        and no batch.
+        """
+        queue = self._queues.get(tp)
+        if queue:  # the hot path: the newest batch of the partition takes it
+            batch = queue[-1]
+            # A batch in a queue is never of a killed generation (kill removes them all).
+            if batch.generation == generation and not batch.full:
+                index = batch.writer.count
+                if batch.writer.append(timestamp_ms, key, value, headers):
+                    return batch.outcome, index
+        return self._append_to_new(tp, timestamp_ms, key, value, headers, now, generation)
+
+    def _append_to_new(  # noqa: PLR0917
+        self, tp: TopicPartition, timestamp_ms: int, key: bytes | None, value: bytes | None,
+        headers: Sequence[Header], now: float, generation: int,
+    ) -> tuple[BatchOutcome, int]:
+        dead = self.dead(generation)
+        if dead is not None:
+            outcome = BatchOutcome(tp)
+            outcome.fail(dead)
+            return outcome, 0
+        queue = self._queues.get(tp)
+        if queue and queue[-1].generation == generation and not queue[-1].full:
+            batch = self._close_and_open(queue[-1], now)  # the newest batch refused the record
+        else:
+            batch = self._new(tp, generation, now)
+        batch.writer.append(timestamp_ms, key, value, headers)  # a first record always fits
+        return batch.outcome, 0
+
+    def kill(self, generation: int, error: BaseException) -> None:
+        """Fail every later append to ``generation`` and older ones with ``error``."""
+        if generation >= self._dead_through:
+            self._dead_through, self._dead_error = generation, error
+
+    def dead(self, generation: int) -> BaseException | None:
+        """The error appends to ``generation`` fail with, if :meth:`kill` failed it."""
+        return self._dead_error if generation <= self._dead_through else None
 
     def append_all(
-        self, tp: TopicPartition, records: list[tuple[bytes | None, bytes | None]], *,
-        timestamp_ms: int, now: float, generation: int, handle: DeliveryHandle,
+        self, tp: TopicPartition, keys: list[bytes | None] | None, values: list[bytes | None],
+        *, timestamp_ms: int, now: float, generation: int, handle: DeliveryHandle,
     ) -> None:
         """Add header-less records, all under ``handle``; they may span several batches."""
         batch = self._open(tp, generation, now)
-        first = batch.count
-        no_headers: list[Header] = []
-        for key, value in records:
-            if not batch.try_append(timestamp_ms, key, value, no_headers):
-                _add_part(batch, handle, first)
-                batch = self._close_and_open(batch, now)
-                first = 0
-                batch.try_append(timestamp_ms, key, value, no_headers)
-        _add_part(batch, handle, first)
+        index = 0
+        while True:
+            first = batch.count
+            index = batch.writer.append_values(timestamp_ms, keys, values, index)
+            if batch.count > first:
+                part = handle._add_part(batch.count - first)
+                batch.parts.append((handle, part, first, batch.count - first))
+            if index >= len(values):
+                return
+            batch = self._close_and_open(batch, now)
 
     def due(self, tp: TopicPartition, now: float, *, flush: bool) -> ProducerBatch | None:
         """``tp``'s oldest batch if it may go now: closed, lingered long enough, or flushing."""
@@ -271,9 +296,7 @@ class PartitionQueues:
 
     def _open(self, tp: TopicPartition, generation: int, now: float) -> ProducerBatch:
         queue = self._queues.get(tp)
-        if queue is None:
-            queue = self._queues[tp] = deque()
-        elif queue and queue[-1].generation == generation and not queue[-1].full:
+        if queue and queue[-1].generation == generation and not queue[-1].full:
             return queue[-1]
         return self._new(tp, generation, now)
 
@@ -284,8 +307,8 @@ class PartitionQueues:
 
     def _new(self, tp: TopicPartition, generation: int, now: float) -> ProducerBatch:
         batch = ProducerBatch.open(tp, generation, now, settings=self._settings,
-                                   codec=self._codec)
-        self._queues[tp].append(batch)
+                                   codec=self._codec, sink=self._sink)
+        self._queues.setdefault(tp, deque()).append(batch)
         return batch
 
     def _set(self, tp: TopicPartition, queue: deque[ProducerBatch]) -> None:
@@ -293,9 +316,3 @@ class PartitionQueues:
             self._queues[tp] = queue
         else:
             self._queues.pop(tp, None)
-
-
-def _add_part(batch: ProducerBatch, handle: DeliveryHandle, first: int) -> None:
-    if batch.count > first:
-        handle._add_part(batch.count - first)
-        batch.parts.append((handle, first, batch.count - first))

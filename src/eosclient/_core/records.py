@@ -1,10 +1,9 @@
-"""What the accumulator accepts and gives back: checked records, codecs, delivery handles.
+"""What the accumulator accepts: checked records, and the codecs batches are compressed with.
 
 Everything here runs at append time, in the application's thread, before a record is queued:
 a record that cannot be sent (wrong type, larger than ``max.request.size``) is rejected here with
-a :class:`~eosclient.errors.UsageError` and nothing changes. A record that is queued gets a
-:class:`DeliveryHandle`, a sans-IO stand-in for a future that the producer facade turns into a
-``concurrent.futures.Future`` (it has no locks and never blocks).
+a :class:`~eosclient.errors.UsageError` and nothing changes. What a queued record gets back is in
+:mod:`eosclient._core.delivery`.
 """
 
 from __future__ import annotations
@@ -14,12 +13,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import kafka.codec
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from eosclient._core.types import TopicPartition
+from eosclient._core.encoder import HEADER_SIZE, Header
 from eosclient.errors import (
     ConfigError,
-    IllegalStateError,
     RecordTooLargeError,
     RecordTypeError,
 )
@@ -27,8 +24,6 @@ from eosclient.errors import (
 __all__ = [
     "BYTES_TYPES",
     "Compression",
-    "Delivered",
-    "DeliveryHandle",
     "Header",
     "Record",
     "RecordChecker",
@@ -39,9 +34,6 @@ __all__ = [
     "record_size_bound",
     "to_bytes",
 ]
-
-Header = tuple[str, bytes | None]
-"""A record header: a str key and a bytes (or None) value."""
 
 Serializer = Callable[[Any], bytes | None]
 """Turns an application object into the bytes sent (or None, e.g. for a tombstone)."""
@@ -174,10 +166,26 @@ def check_timestamp(timestamp_ms: object) -> int:
 def record_size_bound(key: bytes | None, value: bytes | None, headers: list[Header]) -> int:
     """An upper bound of the bytes one record needs alone in a batch, header included.
 
-    The same bound Java checks against ``max.request.size`` (``estimateSizeInBytesUpperBound``).
+    The same bound Java checks against ``max.request.size`` (``estimateSizeInBytesUpperBound``):
+    the batch header, the most a record's fixed fields take (length 5, attributes 1, timestamp
+    delta 10, offset delta 5), and its key, value and headers with their length varints.
     """
-    size: int = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers)
+    size = HEADER_SIZE + _MAX_RECORD_OVERHEAD + _field_size(key) + _field_size(value)
+    size += _varint_size(len(headers))
+    for header_key, header_value in headers:
+        size += _field_size(header_key.encode("utf-8")) + _field_size(header_value)
     return size
+
+
+_MAX_RECORD_OVERHEAD = 21
+
+
+def _varint_size(n: int) -> int:
+    return max(1, (((n << 1) ^ (n >> 63)).bit_length() + 6) // 7)
+
+
+def _field_size(data: bytes | None) -> int:
+    return 1 if data is None else _varint_size(len(data)) + len(data)
 
 
 # Batch header 61 + record overhead 21 + key and value length varints (5 each) + header count
@@ -213,6 +221,10 @@ class RecordChecker:
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._max_request_size = max_request_size
+        # For a caller's inlined fast path: with no serializer, a bytes key and value that
+        # together stay within `fast_limit` bytes, and no headers, need no further check.
+        self.raw = key_serializer is None and value_serializer is None
+        self.fast_limit = max_request_size - _SLACK
 
     def one(
         self,
@@ -238,8 +250,8 @@ class RecordChecker:
 
     def many(
         self, values: Sequence[object], keys: Sequence[object] | None
-    ) -> list[tuple[bytes | None, bytes | None]]:
-        """Header-less records as ``(key, value)`` pairs, all checked before any is returned.
+    ) -> tuple[list[bytes | None] | None, list[bytes | None]]:
+        """Header-less records as ``(keys or None, values)``, all checked before any is returned.
 
         Raises:
             RecordTypeError: a key or value has a wrong type.
@@ -248,16 +260,13 @@ class RecordChecker:
         """
         if keys is not None and len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys for {len(values)} values")
-        vals = [to_bytes(v, "value", self._value_serializer) for v in values]
-        ks: list[bytes | None] = (
-            [to_bytes(k, "key", self._key_serializer) for k in keys]
-            if keys is not None else [None] * len(vals)
-        )
-        limit = self._max_request_size - _SLACK
-        for k, v in zip(ks, vals, strict=True):
-            if (len(k) if k else 0) + (len(v) if v else 0) > limit:
+        vals = _all_bytes(values, "value", self._value_serializer)
+        ks = None if keys is None else _all_bytes(keys, "key", self._key_serializer)
+        if _longest(vals) + (_longest(ks) if ks is not None else 0) > (
+                self._max_request_size - _SLACK):  # some record may be too large: count exactly
+            for k, v in zip(ks or [None] * len(vals), vals, strict=True):
                 self._check_size(k, v, [])
-        return list(zip(ks, vals, strict=True))
+        return ks, vals
 
     def _check_size(self, key: bytes | None, value: bytes | None, headers: list[Header]) -> None:
         if not headers and (len(key) if key else 0) + (len(value) if value else 0) <= (
@@ -272,122 +281,16 @@ class RecordChecker:
             )
 
 
-class Delivered(NamedTuple):
-    """Where records of one handle were written.
-
-    Attributes:
-        tp: The partition.
-        offset: The first record's offset, or -1 if unknown (DUPLICATE_SEQUENCE_NUMBER:
-            the broker already had the batch and does not say where).
-        record_count: How many consecutive records of the handle start at ``offset``.
-        timestamp_ms: The broker's LogAppendTime if the topic uses it, else the records'
-            CreateTime.
-    """
-
-    tp: TopicPartition
-    offset: int
-    record_count: int
-    timestamp_ms: int
+_BYTES_OR_NONE = frozenset({bytes, type(None)})
 
 
-_PENDING, _SUCCEEDED, _FAILED = 0, 1, 2
+def _all_bytes(items: Sequence[object], what: str, serializer: Serializer | None,
+               ) -> list[bytes | None]:
+    """``items`` as bytes (or None); type-checked in C when they already are (the bulk path)."""
+    if serializer is None and set(map(type, items)) <= _BYTES_OR_NONE:
+        return list(items)  # type: ignore[arg-type]
+    return [to_bytes(item, what, serializer) for item in items]
 
 
-class DeliveryHandle:
-    """The outcome of one record (``send``) or of many (``send_batch``), sans-IO.
-
-    It settles once: succeeded when every batch holding its records is written, failed as soon
-    as one is lost. Callbacks run synchronously, in the thread that settles it; they must not
-    raise.
-
-    Attributes:
-        record_count: How many records the handle covers.
-        timestamp_ms: The CreateTime its records were appended with.
-    """
-
-    __slots__ = ("_callbacks", "_error", "_parts", "_results", "_state", "record_count",
-                 "timestamp_ms")
-
-    def __init__(self, timestamp_ms: int) -> None:
-        self.record_count = 0
-        self.timestamp_ms = timestamp_ms
-        self._state = _PENDING
-        self._parts = 0
-        # Made on first use: a send() handle is built per record, on the hot path.
-        self._results: list[Delivered] | None = None
-        self._error: BaseException | None = None
-        self._callbacks: list[Callable[[DeliveryHandle], None]] | None = None
-
-    def done(self) -> bool:
-        """Whether the handle has settled (succeeded or failed)."""
-        return self._state != _PENDING
-
-    def exception(self) -> BaseException | None:
-        """The error it failed with; None if it succeeded.
-
-        Raises:
-            IllegalStateError: it has not settled yet.
-        """
-        self._check_done()
-        return self._error
-
-    def result(self) -> tuple[Delivered, ...]:
-        """Where its records were written, one entry per batch, in append order.
-
-        Raises:
-            IllegalStateError: it has not settled yet.
-            EosError: the error it failed with.
-        """
-        self._check_done()
-        if self._error is not None:
-            raise self._error
-        return tuple(self._results or ())
-
-    def add_done_callback(self, callback: Callable[[DeliveryHandle], None]) -> None:
-        """Call ``callback(handle)`` once settled; at once if it already is."""
-        if self.done():
-            callback(self)
-        elif self._callbacks is None:
-            self._callbacks = [callback]
-        else:
-            self._callbacks.append(callback)
-
-    # -- driven by the accumulator ---------------------------------------------------------
-
-    def _add_part(self, count: int) -> None:
-        self._parts += 1
-        self.record_count += count
-
-    def _succeed_part(self, delivered: Delivered) -> None:
-        if self._state != _PENDING:
-            return
-        if self._results is None:
-            self._results = [delivered]
-        else:
-            self._results.append(delivered)
-        self._parts -= 1
-        if self._parts == 0:
-            self._settle(_SUCCEEDED)
-
-    def _succeed_if_empty(self) -> None:
-        if self._parts == 0 and self._state == _PENDING:
-            self._settle(_SUCCEEDED)
-
-    def _fail(self, error: BaseException) -> None:
-        if self._state == _PENDING:
-            self._error = error
-            self._settle(_FAILED)
-
-    def _settle(self, state: int) -> None:
-        self._state = state
-        callbacks, self._callbacks = self._callbacks or (), None
-        for callback in callbacks:
-            callback(self)
-
-    def _check_done(self) -> None:
-        if self._state == _PENDING:
-            raise IllegalStateError("the records are not delivered yet")
-
-    def __repr__(self) -> str:
-        state = ("pending", "succeeded", "failed")[self._state]
-        return f"<DeliveryHandle {state} records={self.record_count}>"
+def _longest(items: list[bytes | None]) -> int:
+    return max(map(len, filter(None, items)), default=0)

@@ -34,9 +34,11 @@ The KIPs followed:
   bumped yet. ``abort`` then fails the unsent batches (:class:`FailUnsent`), waits for the
   in-flight ones, sends EndTxn(abort), then InitProducerId(id, producer id, epoch). A broker that
   rejects that form (Tansu: -1; UNSUPPORTED_VERSION 35; UNKNOWN_PRODUCER_ID 59, as the errors table
-  notes) gets the plain InitProducerId(id) instead, and every later bump goes plain at once. Only
-  then READY, with a new identity and :class:`SequencesReset`. The producer stays ABORTING during
-  the bump, so ``abort`` again resumes it.
+  notes) gets the plain InitProducerId(id) instead, and later bumps to that broker go plain at
+  once. The answer must be the successor identity (epoch + 1), else FENCED. Only then READY,
+  with a new identity and :class:`SequencesReset`. The producer stays ABORTING during the bump,
+  so ``abort`` again resumes it. (The rules, and the plain form's residual risk, are in
+  ``_txn_answers.py``.)
 * **KIP-588**. INVALID_PRODUCER_EPOCH (47) on Produce is abortable-with-bump (the coordinator may
   have aborted on timeout); on the coordinator APIs it is fenced, like PRODUCER_FENCED (90).
 * **KIP-890**. TRANSACTION_ABORTABLE (120) is abortable. This client does not use transaction
@@ -46,10 +48,13 @@ The KIPs followed:
 Generations
 -----------
 Every transaction gets a generation number (:attr:`TransactionCore.generation`, +1 at ``begin``).
-``send`` returns it; the accumulator tags each batch with it and drains a batch only when
+``send`` returns it; the accumulator tags each batch with it and drains a new batch only when
 :meth:`~TransactionCore.may_drain` agrees, which needs the batch's generation to be the current
-one. Abort emits ``FailUnsent(generation)``. So a record of a failed transaction can never be
-drained into the next one (kafka-python 3.0.12 does exactly that after a KIP-360 bump).
+one (the accumulator's ``drain`` asks it per batch, so this holds even before the facade applied
+``FailUnsent``). Abort emits ``FailUnsent(generation)``. So a record of a failed transaction can
+never be drained into the next one (kafka-python 3.0.12 does exactly that after a KIP-360 bump).
+A batch already sent is different: its resend (same identity, same sequences) is allowed by
+:meth:`~TransactionCore.may_resend`, also while aborting, because EndTxn must follow its answer.
 
 Decisions
 ---------
@@ -65,13 +70,16 @@ Decisions
   proposal for KAFKA-14053 (skip EndTxn, plain fencing InitProducerId, whose abort marker carries
   a new epoch) was not taken: the plain form cannot tell a zombie from the owner and would take
   the transactional.id back from a successor. (Re-initialising, ``init`` in COMMITTING or
-  ABORTING, is that fencing path when the application chooses it.)
+  ABORTING, uses the KIP-360 form too, and must get the successor identity, else FENCED.)
 * **Unknown outcome.** EndTxn that timed out or lost its connection leaves the state COMMITTING
   or ABORTING with :attr:`Ending.outcome` UNKNOWN; the same EndTxn is re-sent (after finding the
   coordinator again), since the coordinator answers a repeated EndTxn as a success. ``commit``
   again resumes a commit, ``abort`` again an abort; the other one is refused (an unconfirmed
   commit may only be retried as a commit), and so is ``begin``, until the outcome is settled or
   ``init`` re-initialises (a new epoch: the coordinator completes or aborts whatever was open).
+  Once settled, the epoch is bumped before READY: the lost EndTxn may still land (the same holds
+  for a lost TxnOffsetCommit or registration). ``abort`` may replace a ``commit`` whose EndTxn
+  has not been sent.
 * **Timeouts.** A blocking call returns a :class:`Completion`; when ``now`` passes its deadline
   it fails with :class:`~eosclient.errors.KafkaTimeoutError` while the work goes on (as in Java).
   If the work then succeeds, the same call made again returns that success at once.
@@ -82,7 +90,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from eosclient._core._txn_engine import DRAINING, TxnEngine, input_for
+from eosclient._core._txn_engine import DRAINING, OPEN, TxnEngine, input_for
 from eosclient._core._txn_table import (
     IDEMPOTENT_TABLE,
     TRANSACTIONAL_TABLE,
@@ -160,6 +168,8 @@ class TransactionCore(TxnEngine):
     Driving it: make the application's call; then :meth:`poll` and act on every output (send a
     :class:`SendRequest` to its node, not before ``not_before``; pass :class:`FailUnsent` to the
     accumulator's ``fail_generation`` and :class:`SequencesReset` to its ``reset_identity``);
+    drain a new batch only where :meth:`may_drain` allows its generation, resend a batch only
+    where :meth:`may_resend` allows (the accumulator's ``drain`` takes this core as its gate);
     feed each answer to :meth:`on_response` (or :meth:`on_request_failed`) and each failed batch
     to :meth:`on_produce_error` (or :meth:`on_batch_expired`); poll again after every answer and
     at :meth:`next_timer` at the latest. A blocking call has returned when its
@@ -214,12 +224,25 @@ class TransactionCore(TxnEngine):
         return self._machine.state in DRAINING and tp in self._registered
 
     def may_drain(self, tp: TopicPartition, generation: int) -> bool:
-        """Whether a batch tagged ``generation`` may be drained for ``tp`` now.
+        """Whether a new batch tagged ``generation`` may be drained for ``tp`` now.
 
         A batch of an earlier generation never may: a record of a failed transaction is never
         drained into a later one (KIP-360).
         """
         return generation == self.generation and self.partition_ready(tp)
+
+    def may_resend(self, tp: TopicPartition) -> bool:
+        """Whether a batch of ``tp`` that was already sent, and is due for a resend, may go now.
+
+        Unlike :meth:`may_drain` this holds while the transaction is failing or aborting too:
+        EndTxn(abort) waits until every batch sent in the transaction is answered (KAFKA-14053),
+        and a batch whose answer was a retriable error is answered only by its resend, under
+        its original identity and sequences (which the broker deduplicates). Never after the
+        transaction ended, was fenced or failed fatally, or for a partition it never registered.
+        """
+        if not self.transactional:
+            return self._machine.state is State.READY
+        return self._machine.state in OPEN and tp in self._registered
 
     # -- application calls ----------------------------------------------------------------
 
@@ -227,7 +250,8 @@ class TransactionCore(TxnEngine):
         """CALL_INIT: get a producer id, resume an init that timed out, or re-initialise.
 
         From COMMITTING or ABORTING this abandons the transaction (its unsent batches are
-        failed) and asks for a new epoch; the coordinator completes or aborts what was open.
+        failed) and asks for a new epoch with the KIP-360 form; the coordinator completes or
+        aborts what was open. An answer other than epoch + 1 fails it with FencedError.
 
         Raises:
             IllegalStateError: not allowed in this state; nothing changed.
@@ -286,8 +310,9 @@ class TransactionCore(TxnEngine):
             IllegalStateError: no transaction is open; nothing changed.
             AbortableError: the transaction failed (Fenced/FatalError likewise); nothing changed.
         """
-        if tp in self._registered and self._machine.state is State.IN_TRANSACTION:
-            return self.generation  # the hot path: one set lookup
+        if self._machine.state is State.IN_TRANSACTION and (
+                tp in self._registered or tp in self._adding or tp in self._pending):
+            return self.generation  # the hot path: registered, or on its way (checked then)
         self._check(Input.CALL_SEND)
         if self._declared is not None:
             if tp not in self._declared:
@@ -358,8 +383,8 @@ class TransactionCore(TxnEngine):
         """CALL_ABORT: fail the unsent batches, EndTxn(abort), and bump if KIP-360 asks.
 
         Raises:
-            IllegalStateError: not in a transaction, or committing (an unconfirmed commit may
-                only be retried as a commit); nothing changed.
+            IllegalStateError: not in a transaction, or committing and EndTxn(commit) was
+                sent (an unconfirmed commit may only be retried as a commit); nothing changed.
             FencedError: the producer was fenced (FatalError likewise); nothing changed.
         """
         if (done := self._claim(Input.CALL_ABORT)) is not None:
@@ -415,19 +440,14 @@ class TransactionCore(TxnEngine):
         """A request's answer will never come (connection cut, request timeout).
 
         Coordinator requests are sent again after the coordinator is looked up again; a lost
-        EndTxn makes its outcome UNKNOWN until a repeat is answered.
+        EndTxn makes its outcome UNKNOWN until a repeat is answered (see ``_txn_answers``).
 
         Raises:
             ValueError: ``request`` is not in flight here.
         """
         job = self._conv.answered(request)
-        if job is None:
-            return
-        if job.step is Step.END_TXN:
-            self._ending = Ending(job.committed, EndOutcome.UNKNOWN)
-            self._transition(Input.RECV_END_TXN_UNKNOWN, str(error or "EndTxn answer lost"),
-                             now=now)
-        self._conv.retry(job, now, lost=True, error=error)
+        if job is not None:
+            self._on_lost(job, now, error)
 
     def on_produce_error(
         self, error: EosError, identity: ProducerIdentity, generation: int, now: float

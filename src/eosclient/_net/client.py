@@ -7,6 +7,8 @@ One thread (the client's owner: the producer's or consumer's I/O thread) owns a
 
 * **I/O** (:meth:`NetworkClient.poll`), run *without* the owner's lock: wait on the selector at
   most until the nearest timer, move bytes, start connects whose backoff passed, expire deadlines.
+  Every connect starts here, never in :meth:`NetworkClient.send` or :meth:`NetworkClient.connect`:
+  starting one resolves the host name, and ``getaddrinfo`` can block for seconds.
   It returns the :class:`~eosclient._net.node.Answer` of every request that finished. It never
   calls back, so no application state is touched outside the lock.
 * **Dispatch and send**, run *under* the owner's lock: the owner calls each answer's
@@ -109,7 +111,10 @@ class NetworkClient:
         return conn.in_flight if conn is not None else 0
 
     def connect(self, node_id: int) -> None:
-        """Open a connection to ``node_id`` (after its backoff) if there is none."""
+        """Open a connection to ``node_id`` (after its backoff) if there is none.
+
+        The connect itself, host-name lookup included, starts in the next :meth:`poll`.
+        """
         self._connection(node_id, self._clock())
 
     def send(
@@ -218,10 +223,7 @@ class NetworkClient:
         start_at = max(now, self._not_before.get(node_id, now))
         conn = NodeConnection(node_id, address, client_id=self._config.client_id,
                               setup_timeout=self._setup_timeout, start_at=start_at)
-        self._conns[node_id] = conn
-        if start_at <= now:
-            conn.start(now)
-        self._after(conn, now)
+        self._conns[node_id] = conn  # WAITING: poll() starts it, outside the owner's lock
         return conn
 
     def _after(self, conn: NodeConnection, now: float) -> None:

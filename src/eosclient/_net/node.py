@@ -20,11 +20,19 @@ HANDSHAKE and READY sends SaslHandshake and SaslAuthenticate through the same ``
 Both go in :meth:`NodeConnection._advance`, the one place that moves between phases; nothing
 outside this module would change, because everything else only sees READY or a failure.
 
+Host names are resolved (``getaddrinfo``) in :meth:`NodeConnection.start`, which only the loop's
+:meth:`~NodeConnection.expire` calls, from ``NetworkClient.poll()``, outside the owner's lock: a
+slow resolver must never hold up the application's calls.
+
 Deadlines: setup (connect plus handshake) has ``setup_timeout``; each request has its own timeout
 from the moment it is written. A request that times out fails with
 :class:`~eosclient.errors.KafkaTimeoutError` and the connection is closed (a late answer would
 otherwise be read as the answer to the next request); everything else in flight on it fails with
-:class:`~eosclient.errors.KafkaConnectionError`: its outcome is unknown.
+:class:`~eosclient.errors.KafkaConnectionError`: its outcome is unknown. When the *broker* closed
+the connection, that error's ``__cause__`` says so (:class:`EOFError`, or the
+:class:`ConnectionResetError` of a reset): the transaction core counts EndTxn attempts answered
+that way (Tansu's answer to a stale epoch). A request still queued when the connection closes
+was never written; its error says that.
 """
 
 from __future__ import annotations
@@ -231,7 +239,8 @@ class NodeConnection:
                 self.close(_cut(self, f"receive failed: {exc}", exc))
                 return
             if not data:
-                self.close(_cut(self, "the broker closed the connection"))
+                self.close(_cut(self, "the broker closed the connection",
+                                EOFError("the socket reached end of file")))
                 return
             self._receive(data, now)
             if len(data) < _READ_SIZE:
@@ -264,8 +273,10 @@ class NodeConnection:
         if self.sock is not None:
             self.sock.close()
         failure = error or KafkaConnectionError(f"node {self.node_id}: connection closed")
-        for pending in (*self._in_flight, *self._queued):
+        for pending in self._in_flight:
             self._answer(pending, None, failure)
+        for pending in self._queued:
+            self._answer(pending, None, _never_sent(failure, pending.request.API_KEY))
         self._in_flight.clear()
         self._queued.clear()
 
@@ -335,6 +346,13 @@ class NodeConnection:
     def _answer(self, pending: _Request, response: Any, error: EosError | None) -> None:
         self._answers.append(Answer(pending.request, response, error, self.node_id,
                                     pending.on_done, pending.version))
+
+
+def _never_sent(failure: EosError, api: int) -> EosError:
+    """The error of a request the closed connection never wrote (its outcome is known: none)."""
+    error = KafkaConnectionError(f"{failure} (before the request was sent)", api=api)
+    error.__cause__ = failure  # not the socket's reason: the broker never saw this request
+    return error
 
 
 def _cut(conn: NodeConnection, why: str, cause: BaseException | None = None) -> EosError:

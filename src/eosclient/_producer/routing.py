@@ -9,9 +9,10 @@ wait: its partition is checked against the metadata once that is known.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Any, cast
 
+from eosclient._core.partitioner import default_partitioner
 from eosclient._core.txn import IDEMPOTENT_TABLE, TRANSACTIONAL_TABLE, Input
 from eosclient._core.types import TopicPartition
 from eosclient._producer.sender import Sender
@@ -22,8 +23,13 @@ __all__ = ["Router"]
 _SENDABLE_TXN = frozenset(s for (s, i) in TRANSACTIONAL_TABLE if i is Input.CALL_SEND)
 _SENDABLE_IDEMPOTENT = frozenset(s for (s, i) in IDEMPOTENT_TABLE if i is Input.CALL_SEND)
 
-Groups = dict[TopicPartition, tuple[list[Any], list[Any] | None]]
-"""``send_batch``'s records by partition: (values, keys or None)."""
+Groups = list[tuple[TopicPartition, list[bytes | None] | None, list[bytes | None]]]
+"""``send_batch``'s records as runs: (partition, keys or None, values), in queueing order."""
+
+_BATCH_HEADER = 61
+# A keyless record's bytes besides its value: length 2, attributes 1, timestamp and offset
+# deltas 1-2 each, null key 1, value length 2, header count 1; rounded up, so runs fit a batch.
+_RECORD_OVERHEAD = 10
 
 
 class Router:
@@ -39,6 +45,14 @@ class Router:
         self._max_block = sender.config.max_block_ms / 1000
         transactional = sender.config.transactional
         self._sendable = _SENDABLE_TXN if transactional else _SENDABLE_IDEMPOTENT
+        self._known: dict[str, list[TopicPartition]] = {}  # topic -> its partitions, in order
+        # topic -> its keyless records' partition, as the accumulator's sticky choice said last;
+        # it moves only when a batch fills, i.e. when an append opens a batch: batch_opened().
+        self._sticky_tps: dict[str, TopicPartition] = {}
+        self._sticky = self._acc.sticky
+        self._batch_size = min(sender.config.batch_size, sender.config.max_request_size)
+        self._keyless_sticky = sender.config.partitioner is default_partitioner
+        self._version = -1  # the metadata version `_known` is from
 
     def check_state(self, topic: str) -> None:
         """Raise what ``send()`` would raise in the current state; nothing changes.
@@ -60,6 +74,29 @@ class Router:
             EosError: the state refuses sends (see :meth:`check_state`), or the metadata
                 answer carried a non-retriable error for the topic.
         """
+        # The hot path: a topic whose partitions are known since the last metadata answer. The
+        # state is not checked here; the core's send(tp), which comes next, checks it.
+        if partition is None and key is None:
+            tp = self._sticky_tps.get(topic)
+            if tp is not None and self._version == self._metadata.version:
+                return tp
+        tps = self._known.get(topic)
+        if tps is not None and self._version == self._metadata.version:
+            if partition is None:
+                if key is None and self._keyless_sticky:  # skip a partitioner answering None
+                    tp = self._sticky_tps[topic] = tps[self._sticky.current(topic, len(tps))]
+                    return tp
+                return tps[self._acc.choose_partition(topic, key, len(tps))]
+            if partition < len(tps):
+                return tps[partition]
+        return self._target(topic, partition, key)
+
+    def batch_opened(self) -> None:
+        """A batch was opened (the one before may have filled): the sticky partitions the
+        accumulator chose may have moved (KIP-480 moves on when a batch fills), so ask again."""
+        self._sticky_tps.clear()
+
+    def _target(self, topic: str, partition: int | None, key: bytes | None) -> TopicPartition:
         self.check_state(topic)
         count = self._metadata.partition_count(topic)
         if count is None:
@@ -69,37 +106,74 @@ class Router:
                 return TopicPartition(topic, partition)
             count = self._await_metadata(topic)
             self.check_state(topic)
+        tps = self._remember(topic, count)
         if partition is None:
-            return TopicPartition(topic, self._acc.choose_partition(topic, key, count))
+            return tps[self._acc.choose_partition(topic, key, count)]
         if partition >= count:
             raise UnknownPartitionError(f"{topic}[{partition}] does not exist: the topic has "
                                         f"{count} partitions; nothing was queued")
-        return TopicPartition(topic, partition)
+        return tps[partition]
 
-    def group(self, topic: str, partition: int | None, pairs: list[tuple[Any, Any]], *,
-              keyed: bool) -> Groups:
-        """``send_batch``'s (key, value) pairs grouped by partition, in order.
+    def _remember(self, topic: str, count: int) -> list[TopicPartition]:
+        """The topic's partitions, kept until the next metadata answer (which may change them)."""
+        if self._version != self._metadata.version:
+            self._known.clear()
+            self._version = self._metadata.version
+        tps = self._known.get(topic)
+        if tps is None or len(tps) != count:
+            tps = self._known[topic] = [TopicPartition(topic, p) for p in range(count)]
+        return tps
+
+    def group(self, topic: str, partition: int | None, keys: list[bytes | None] | None,
+              values: list[bytes | None]) -> Groups:
+        """``send_batch``'s checked records as runs of one partition each, in queueing order.
+
+        Keyed records go where the partitioner puts them (one run per partition); keyless
+        ones without a partition are spread batch by batch (:meth:`_spread`), unless a custom
+        partitioner places them (then all where it puts the first).
 
         Raises:
             The same as :meth:`target`.
         """
-        if not pairs:
+        if not values:
             self.check_state(topic)
-            return {}
-        if partition is not None or not keyed:
-            tp = self.target(topic, partition, None)
-            values = [v for _, v in pairs]
-            return {tp: (values, [k for k, _ in pairs] if keyed else None)}
-        first = self.target(topic, None, pairs[0][0])
+            return []
+        if partition is not None or (keys is None and not self._keyless_sticky):
+            return [(self.target(topic, partition, None), keys, values)]
+        if keys is None:
+            return self._spread(topic, values)
+        first = self.target(topic, None, keys[0])
         count = self._metadata.partition_count(topic) or first.partition + 1
-        groups: dict[TopicPartition, tuple[list[Any], list[Any]]] = {}
+        runs: dict[TopicPartition, tuple[list[bytes | None], list[bytes | None]]] = {}
         choose = self._acc.choose_partition
-        for key, value in pairs:
-            vals, keys = groups.setdefault(TopicPartition(topic, choose(topic, key, count)),
-                                           ([], []))
+        for key, value in zip(keys, values, strict=True):
+            ks, vals = runs.setdefault(TopicPartition(topic, choose(topic, key, count)), ([], []))
+            ks.append(key)
             vals.append(value)
-            keys.append(key)
-        return cast(Groups, groups)
+        return [(tp, ks, vals) for tp, (ks, vals) in runs.items()]
+
+    def _spread(self, topic: str, values: list[bytes | None]) -> Groups:
+        """Keyless records in runs of about one batch, on the sticky partition and the next
+        ones in turn, as KIP-480 spreads ``send()``'s records (it moves on when a batch fills):
+        a bulk call fills batches on several partitions, and one Produce request carries a
+        batch of each. Only partitions the transaction accepts are used (KIP-609: declared)."""
+        first = self.target(topic, None, None)
+        size = sum(map(len, filter(None, values))) / len(values) + _RECORD_OVERHEAD
+        per_batch = max(1, int((self._batch_size - _BATCH_HEADER) // size))
+        runs = -(-len(values) // per_batch)
+        tps = self._remember(topic, self._metadata.partition_count(topic) or first.partition + 1)
+        order: list[TopicPartition] = []
+        for offset in range(len(tps)):
+            if len(order) == runs:
+                break
+            tp = tps[(first.partition + offset) % len(tps)]
+            with contextlib.suppress(UnknownPartitionError):  # not declared at begin
+                self._core.send(tp)
+                order.append(tp)
+        if not order:
+            self._core.send(first)  # raises: no partition of the topic was declared
+        return [(order[run % len(order)], None, values[run * per_batch:(run + 1) * per_batch])
+                for run in range(runs)]
 
     def _await_metadata(self, topic: str) -> int:
         deadline = time.monotonic() + self._max_block

@@ -15,15 +15,22 @@ the :class:`~eosclient._core.txn.TransactionCore`, the
    ``SequencesReset`` -> ``reset_identity``), send due coordinator requests, ask for metadata,
    drain ready batches into Produce requests (:mod:`eosclient._producer.produce`), and compute
    how long the next wait may be. Blocked application calls are notified.
-3. **Without the lock**: delivery futures settled in step 2 are resolved, so their callbacks may
-   call the producer.
+3. **Without the lock**: the Produce requests drained in step 2 are encoded and written to
+   their sockets (application threads append meanwhile; only this thread uses the network
+   client); the outcomes of batches settled in step 2 are published to their records' futures
+   (:func:`~eosclient._producer.results.publish`, one step per batch) and ``send_batch``
+   futures are resolved, so callbacks may call the producer.
+
+The I/O thread sleeps in poll until its next timer or a wakeup. ``send()`` wakes it when it
+opened a batch (the record's offset delta is 0): the batch before it on that partition is full,
+or the new one starts its linger timer; ``send_batch()`` wakes it always.
 
 What the core's docs ask of the facade, and where it is done: ``now`` is ``time.monotonic()``;
 ``poll`` runs after every answer and at ``next_timer()`` (step 2 and the timeout); the
-accumulator drains a partition only if ``partition_ready`` (generation gating follows from the
-order of step 2: ``FailUnsent`` of an aborted generation is applied before any later drain, and
-nothing drains while aborting but resends of batches already on the wire, which must be answered
-before EndTxn(abort) may go out: KAFKA-14053); a request timeout closes its connection
+accumulator drains a new batch only if ``may_drain(tp, generation)`` and resends one only if
+``may_resend(tp)`` (the core is the accumulator's drain gate, see
+:mod:`eosclient._producer.produce`; while aborting only resends go out, which must be answered
+before EndTxn(abort) may: KAFKA-14053); a request timeout closes its connection
 (:mod:`eosclient._net.node`); a batch past its delivery timeout while in flight has its
 connection closed *before* it is reported with ``on_batch_expired``.
 """
@@ -44,7 +51,7 @@ from eosclient._core.txn import (
 from eosclient._core.types import NO_IDENTITY
 from eosclient._net.client import Answer, NetworkClient
 from eosclient._producer.produce import ProduceLane
-from eosclient._producer.results import DeliveryFuture
+from eosclient._producer.results import DeliveryFuture, publish
 from eosclient.config import ProducerConfig
 from eosclient.errors import EosError, FatalError, IllegalStateError
 
@@ -90,8 +97,6 @@ class Sender:
         self._sends: list[SendRequest] = []
         self._next_expiry = 0.0
         self.sleeping = False  # the I/O thread is (about to be) waiting in poll
-        self.wake_at = 0.0  # when it will wake by itself
-        self.pending_bytes = 0  # appended since it went to sleep
         self._stopping = False
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"eosclient-producer-{config.client_id}")
@@ -106,7 +111,6 @@ class Sender:
         """Make the I/O thread run a step soon; cheap when it is already awake."""
         if self.sleeping:
             self.sleeping = False
-            self.pending_bytes = 0
             self.client.wakeup()
 
     def stop(self) -> None:
@@ -151,8 +155,11 @@ class Sender:
             while True:
                 with self.lock:
                     timeout = self._iterate(answers)
-                    settled = self._take_settled()
+                    outcomes, settled = self.acc.take_settled(), self._take_settled()
                     self.changed.notify_all()
+                if timeout is not None:  # (closing: the client is closed, nothing was drained)
+                    self._lane.send_outbox()
+                publish(outcomes)
                 _resolve(settled)
                 if timeout is None:
                     return
@@ -164,7 +171,6 @@ class Sender:
     def _iterate(self, answers: list[Answer]) -> float | None:
         """Dispatch answers and run one step; the next wait in seconds, None to exit."""
         self.sleeping = False
-        self.pending_bytes = 0
         for answer in answers:
             answer.on_done(answer)
         if self._stopping:
@@ -172,7 +178,7 @@ class Sender:
             return None
         now = time.monotonic()
         timeout = self._step(now)
-        self.sleeping, self.wake_at = True, now + timeout
+        self.sleeping = True
         return timeout
 
     def _step(self, now: float) -> float:
@@ -254,8 +260,9 @@ class Sender:
                 self.client.close()
             except Exception:  # already broken; the callers learn of `crashed`
                 log.exception("cleaning up after the crash failed")
-            settled = self._take_settled()
+            outcomes, settled = self.acc.take_settled(), self._take_settled()
             self.changed.notify_all()
+        publish(outcomes)
         _resolve(settled)
 
 

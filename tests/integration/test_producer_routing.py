@@ -1,0 +1,107 @@
+"""Where the producer puts records, on noida-db and Tansu: send_batch's runs, keyless records
+spread batch by batch (KIP-480), and KIP-609's declared partitions respected while spreading.
+
+Read back with eosclient's test reader (read_committed, right on both brokers).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kafka.protocol.admin import CreateTopicsRequest
+
+from eosclient import RecordMetadata, TopicPartition, TransactionalProducer
+from eosclient._net.blocking import BlockingConnection
+from eosclient.testing.brokers import RunningBroker
+from eosclient.testing.reader import read_partition
+
+pytestmark = pytest.mark.broker
+
+TIMEOUT = 15.0
+PARTITIONS = 4
+
+
+def create_topic(broker: RunningBroker, name: str) -> str:
+    request = CreateTopicsRequest(
+        topics=[CreateTopicsRequest.CreatableTopic(
+            name=name, num_partitions=PARTITIONS, replication_factor=1, assignments=[],
+            configs=[])],
+        timeout_ms=10_000, validate_only=False)
+    with BlockingConnection(broker.host, broker.port) as conn:
+        assert conn.request(request).topics[0].error_code == 0
+    return name
+
+
+def written(broker: RunningBroker, topic: str) -> dict[tuple[int, int], bytes | None]:
+    """(partition, offset) -> value of every committed record."""
+    return {(p, r.offset): r.value for p in range(PARTITIONS)
+            for r in read_partition(broker.bootstrap_servers, topic, p)}
+
+
+def values(prefix: str, count: int) -> list[bytes]:
+    return [f"{prefix}-{i}".encode() for i in range(count)]
+
+
+@pytest.fixture
+def producer(broker: RunningBroker, unique_name: Callable[[str], str],
+             request: pytest.FixtureRequest) -> Iterator[TransactionalProducer]:
+    config: dict[str, Any] = getattr(request, "param", {})
+    made = TransactionalProducer(broker.bootstrap_servers, transactional_id=unique_name("txn"),
+                                 config=config)
+    made.init_transactions(TIMEOUT)
+    yield made
+    made.close(5)
+
+
+@pytest.mark.parametrize("producer", [{"batch.size": 4096}], indirect=True)
+def test_send_batch_keyed_and_keyless(broker: RunningBroker, unique_name: Callable[[str], str],
+                                      producer: TransactionalProducer) -> None:
+    topic = create_topic(broker, unique_name("t"))
+    keyless, keyed = values("keyless", 1500), values("keyed", 500)
+    with producer.transaction():
+        first = producer.send_batch(topic, keyless)
+        second = producer.send_batch(topic, keyed, keys=keyed)
+        third = producer.send_batch(topic, [], partition=0)
+    runs: list[RecordMetadata] = first.result(TIMEOUT)
+    assert sum(run.record_count for run in runs) == len(keyless)
+    assert len({run.partition for run in runs}) == PARTITIONS  # keyless: batch by batch
+    assert sum(run.record_count for run in second.result(TIMEOUT)) == len(keyed)
+    assert third.result(TIMEOUT) == []
+    assert sorted(v or b"" for v in written(broker, topic).values()) == sorted(keyless + keyed)
+
+
+@pytest.mark.parametrize("producer", [{"batch.size": 1024}], indirect=True)
+def test_keyless_sends_move_to_the_next_partition_when_a_batch_fills(
+        broker: RunningBroker, unique_name: Callable[[str], str],
+        producer: TransactionalProducer) -> None:
+    # KIP-480 through send()'s cached sticky partition: a stale cache would keep every keyless
+    # record on one partition; a cache never kept would still work, only slower.
+    topic = create_topic(broker, unique_name("t"))
+    with producer.transaction():
+        futures = [producer.send(topic, b"v" * 100) for _ in range(120)]
+    placed = [f.result(TIMEOUT) for f in futures]
+    runs = [len(list(group)) for _, group in itertools.groupby(m.partition for m in placed)]
+    assert len({m.partition for m in placed}) == PARTITIONS
+    # 8 records of 109 bytes fill 1024 bytes; the 9th opens the partition's next batch there
+    # (its partition was chosen before), and the one after goes to the next partition.
+    assert max(runs) <= 9 and sum(runs) == 120
+
+
+@pytest.mark.parametrize("producer", [{"batch.size": 2048}], indirect=True)
+def test_keyless_send_batch_spreads_over_declared_partitions_only(
+        broker: RunningBroker, unique_name: Callable[[str], str],
+        producer: TransactionalProducer) -> None:
+    # A bulk send_batch went to one partition, one batch per Produce request; spread, it must
+    # still respect KIP-609 pre-registration (undeclared partitions fail locally), and its
+    # runs must come in the order of the values (the handle listed them as answers came).
+    topic = create_topic(broker, unique_name("t"))
+    keyless = values("spread", 800)
+    with producer.transaction(partitions=[TopicPartition(topic, 1), TopicPartition(topic, 3)]):
+        runs: list[RecordMetadata] = producer.send_batch(topic, keyless).result(TIMEOUT)
+    log = written(broker, topic)
+    assert {run.partition for run in runs} == {p for p, _ in log} == {1, 3}
+    assert [log[(run.partition, run.offset + i)] for run in runs
+            for i in range(run.record_count)] == keyless

@@ -1,0 +1,174 @@
+"""What the accumulator accepts, sans-IO: bad input refused before anything is queued, and
+where records go (murmur2 against Java's vectors, sticky partitions, custom partitioners)."""
+
+from __future__ import annotations
+
+import random
+from itertools import pairwise
+from typing import Any
+
+import pytest
+from kafka.record.memory_records import MemoryRecords
+
+from eosclient._core.accumulator import AccumulatorSettings, RecordAccumulator
+from eosclient._core.delivery import RecordDelivery
+from eosclient._core.partitioner import (
+    StickyPartitions,
+    default_partitioner,
+    murmur2,
+    partition_for,
+)
+from eosclient._core.types import ProducerIdentity, TopicPartition
+from eosclient.errors import ConfigError, RecordTooLargeError, RecordTypeError, UsageError
+
+ID = ProducerIdentity(7000, 3)
+TP0 = TopicPartition("out", 0)
+TS = 1_700_000_000_000
+VALUE = b"v" * 100
+
+
+class Every:
+    """A drain gate that allows everything."""
+
+    def may_drain(self, tp: TopicPartition, generation: int) -> bool:
+        return True
+
+    def may_resend(self, tp: TopicPartition) -> bool:
+        return True
+
+
+def accumulator(**overrides: Any) -> RecordAccumulator:
+    return RecordAccumulator(AccumulatorSettings(**overrides), identity=ID,
+                             sticky=StickyPartitions(random.Random(0)))
+
+
+def put(acc: RecordAccumulator, tp: TopicPartition = TP0, value: bytes | None = VALUE,
+        **kwargs: Any) -> RecordDelivery:
+    return acc.append(tp, kwargs.pop("key", None), value, kwargs.pop("headers", None),
+                      timestamp_ms=TS, now=0.0, generation=0)
+
+
+def flush(acc: RecordAccumulator) -> dict[TopicPartition, Any]:
+    return acc.drain(Every(), 0.0, flush=True)
+
+
+def decoded(acc: RecordAccumulator) -> list[Any]:
+    batch = MemoryRecords(flush(acc)[TP0].data).next_batch()
+    assert batch is not None
+    return list(batch)
+
+
+# -- bad input is rejected before anything is queued ---------------------------------------
+
+
+def test_a_record_over_max_request_size_is_rejected_before_queueing() -> None:
+    acc = accumulator(max_request_size=1000)
+    with pytest.raises(RecordTooLargeError, match=r"max\.request\.size") as info:
+        put(acc, value=b"x" * 1000)
+    assert isinstance(info.value, UsageError) and isinstance(info.value, ValueError)
+    assert acc.unsent_records() == 0 and flush(acc) == {}
+
+
+def test_bulk_with_one_oversized_record_queues_none() -> None:
+    acc = accumulator(max_request_size=1000)
+    with pytest.raises(RecordTooLargeError):
+        acc.append_many(TP0, [b"ok", b"ok", b"x" * 1000], timestamp_ms=TS, now=0, generation=0)
+    assert acc.unsent_records() == 0
+
+
+@pytest.mark.parametrize(("key", "value"), [(None, "text"), ("text", b"v"), (None, 42)])
+def test_non_bytes_key_or_value_is_rejected(key: object, value: object) -> None:
+    acc = accumulator()
+    with pytest.raises(RecordTypeError, match="serializer") as info:
+        acc.append(TP0, key, value, timestamp_ms=TS, now=0, generation=0)
+    assert isinstance(info.value, UsageError) and isinstance(info.value, TypeError)
+    with pytest.raises(RecordTypeError):
+        acc.append_many(TP0, [b"ok", value], [b"k", key], timestamp_ms=TS, now=0, generation=0)
+    assert acc.unsent_records() == 0
+
+
+@pytest.mark.parametrize("headers", [[("k", "text")], [(b"k", b"v")], [("only-key",)]])
+def test_bad_headers_are_rejected(headers: Any) -> None:
+    acc = accumulator()
+    with pytest.raises(RecordTypeError):
+        put(acc, headers=headers)
+    assert acc.unsent_records() == 0
+
+
+@pytest.mark.parametrize("stamp", [1.5e12, True, "now"])
+def test_a_non_int_timestamp_is_rejected(stamp: Any) -> None:
+    acc = accumulator()
+    with pytest.raises(RecordTypeError, match="timestamp_ms"):
+        acc.append(TP0, None, b"v", timestamp_ms=stamp, now=0, generation=0)
+
+
+def test_serializers_turn_objects_into_bytes() -> None:
+    acc = accumulator(key_serializer=lambda k: str(k).encode(),
+                      value_serializer=lambda v: repr(v).encode())
+    acc.append(TP0, 12, {"a": 1}, timestamp_ms=TS, now=0, generation=0)
+    acc.append_many(TP0, [[1], [2]], ["x", "y"], timestamp_ms=TS, now=0, generation=0)
+    records = decoded(acc)
+    assert [(r.key, r.value) for r in records] == [
+        (b"12", b"{'a': 1}"), (b"x", b"[1]"), (b"y", b"[2]")]
+
+
+def test_mismatched_keys_and_values_are_rejected() -> None:
+    with pytest.raises(ValueError, match="2 keys for 1 values"):
+        accumulator().append_many(TP0, [b"v"], [b"a", b"b"], timestamp_ms=TS, now=0,
+                                  generation=0)
+
+
+def test_bad_settings_name_the_kafka_key() -> None:
+    with pytest.raises(ConfigError) as info:
+        AccumulatorSettings(linger_ms=-1)
+    assert info.value.key == "linger.ms"
+
+
+
+# -- partitioning ----------------------------------------------------------------------------
+
+# Kafka's UtilsTest.testMurmur2 (signed Java ints), plus Sarama's JVM-generated byte vector.
+JAVA_MURMUR2 = [
+    (b"21", -973932308),
+    (b"foobar", -790332482),
+    (b"a-little-bit-long-string", -985981536),
+    (b"a-little-bit-longer-string", -1486304829),
+    (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+    (b"abc", 479470107),
+    (bytes([12, 42, 56, 24, 109, 111]), 274204207),
+]
+
+
+@pytest.mark.parametrize(("key", "expected"), JAVA_MURMUR2)
+def test_murmur2_matches_java(key: bytes, expected: int) -> None:
+    assert murmur2(key) == expected
+    assert partition_for(key, 2**31 - 1) == (expected & 0x7FFFFFFF) % (2**31 - 1)
+
+
+def test_keyed_records_land_where_java_puts_them() -> None:
+    assert [partition_for(k, 12) for k, _ in JAVA_MURMUR2] == [
+        (h & 0x7FFFFFFF) % 12 for _, h in JAVA_MURMUR2]
+    acc = accumulator()
+    assert acc.choose_partition("t", b"foobar", 7) == (-790332482 & 0x7FFFFFFF) % 7
+    with pytest.raises(ValueError, match="at least one partition"):
+        partition_for(b"k", 0)
+
+
+def test_keyless_records_stick_to_a_partition_until_its_batch_fills() -> None:
+    acc = accumulator(batch_size=1024)
+    chosen = []
+    for _ in range(30):
+        partition = acc.choose_partition("out", None, 3)
+        chosen.append(partition)
+        put(acc, tp=TopicPartition("out", partition))
+    runs = [p for i, p in enumerate(chosen) if i == 0 or p != chosen[i - 1]]
+    assert len(runs) >= 3 and all(b == (a + 1) % 3 for a, b in pairwise(runs))
+
+
+def test_a_custom_partitioner_is_used() -> None:
+    acc = accumulator(partitioner=lambda topic, key, n: n - 1)
+    assert acc.choose_partition("t", b"k", 4) == 3
+    assert default_partitioner("t", None, 4) is None
+    bad = accumulator(partitioner=lambda topic, key, n: n)
+    with pytest.raises(ValueError, match="chose 4 of 4"):
+        bad.choose_partition("t", b"k", 4)
