@@ -160,6 +160,7 @@ class TransactionalProducer:
         with self._lock:
             self._check_open()
             self._core.begin(time.monotonic(), partitions=declared, group_id=group)
+            self._router.transaction_began()
             if declared:
                 self._metadata.want({tp.topic for tp in declared})
             self._sender.wake()

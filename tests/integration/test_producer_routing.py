@@ -105,3 +105,21 @@ def test_keyless_send_batch_spreads_over_declared_partitions_only(
     assert {run.partition for run in runs} == {p for p, _ in log} == {1, 3}
     assert [log[(run.partition, run.offset + i)] for run in runs
             for i in range(run.record_count)] == keyless
+
+
+@pytest.mark.parametrize("producer", [{"batch.size": 1024}], indirect=True)
+def test_keyless_send_stays_on_declared_partitions(
+        broker: RunningBroker, unique_name: Callable[[str], str],
+        producer: TransactionalProducer) -> None:
+    # Keyless send() picked its sticky partition among all of the topic's, so with partitions
+    # declared at begin it raised UnknownPartitionError whenever the pick was undeclared.
+    topic = create_topic(broker, unique_name("t"))
+    keyless = values("declared", 300)
+    two = [TopicPartition(topic, 0), TopicPartition(topic, 3)]
+    for declared in ([TopicPartition(topic, 2)], two):
+        with producer.transaction(partitions=declared):
+            for value in keyless:
+                producer.send(topic, value)
+    log = written(broker, topic)
+    assert {p for p, _ in log} == {0, 2, 3}
+    assert sorted(log.values()) == sorted(keyless * 2)

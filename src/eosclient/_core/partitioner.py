@@ -103,6 +103,11 @@ class StickyPartitions:
             self._current[topic] = (partition, num_partitions)
         return partition
 
+    def stick_to(self, topic: str, partition: int, num_partitions: int) -> None:
+        """Make ``partition`` the one ``topic``'s keyless records go to now (the caller allows
+        only some partitions, and the current one is not among them)."""
+        self._current[topic] = (partition, num_partitions)
+
     def batch_filled(self, topic: str, partition: int) -> None:
         """A batch of ``topic``'s ``partition`` filled: keyless records move to the next one."""
         current, count = self._current.get(topic, (-1, 0))

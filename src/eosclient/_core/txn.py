@@ -324,6 +324,12 @@ class TransactionCore(TxnEngine):
             self._pending.add(tp)
         return self.generation
 
+    def declared_partitions(self, topic: str) -> tuple[TopicPartition, ...] | None:
+        """``topic``'s partitions declared at ``begin``, in order; None without a declaration."""
+        if self._declared is None:
+            return None
+        return tuple(sorted(tp for tp in self._declared if tp.topic == topic))
+
     def add_partitions(self, tps: Iterable[TopicPartition]) -> None:
         """:meth:`send`'s checks and lazy registration for many partitions (the bulk path)."""
         for tp in tps:

@@ -84,12 +84,28 @@ class Router:
         if tps is not None and self._version == self._metadata.version:
             if partition is None:
                 if key is None and self._keyless_sticky:  # skip a partitioner answering None
-                    tp = self._sticky_tps[topic] = tps[self._sticky.current(topic, len(tps))]
+                    tp = self._sticky_tps[topic] = self._keyless(topic, tps)
                     return tp
                 return tps[self._acc.choose_partition(topic, key, len(tps))]
             if partition < len(tps):
                 return tps[partition]
         return self._target(topic, partition, key)
+
+    def _keyless(self, topic: str, tps: list[TopicPartition]) -> TopicPartition:
+        """The sticky partition for a keyless record (KIP-480), kept among the partitions
+        declared at ``begin_transaction`` when there are some (KIP-609): an undeclared pick
+        moves on to the next declared one, so the choice still rotates as batches fill."""
+        tp = tps[self._sticky.current(topic, len(tps))]
+        declared = self._core.declared_partitions(topic)
+        if not declared or tp in declared:
+            return tp
+        tp = min((d for d in declared if d.partition > tp.partition), default=declared[0])
+        self._sticky.stick_to(topic, tp.partition, len(tps))
+        return tp
+
+    def transaction_began(self) -> None:
+        """A new transaction may declare other partitions: forget the sticky choices."""
+        self._sticky_tps.clear()
 
     def batch_opened(self) -> None:
         """A batch was opened (the one before may have filled): the sticky partitions the
@@ -108,6 +124,8 @@ class Router:
             self.check_state(topic)
         tps = self._remember(topic, count)
         if partition is None:
+            if key is None and self._keyless_sticky:
+                return self._keyless(topic, tps)
             return tps[self._acc.choose_partition(topic, key, count)]
         if partition >= count:
             raise UnknownPartitionError(f"{topic}[{partition}] does not exist: the topic has "
