@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from eosclient._args import timeout_of
 from eosclient._core.types import TopicPartition
 from eosclient.config import ConsumerConfig, build
 from eosclient.errors import ConfigError
@@ -89,22 +90,6 @@ def offsets_of(offsets: object) -> dict[TopicPartition, int]:
     if not isinstance(offsets, Mapping):
         raise TypeError(f"offsets must be a mapping of TopicPartition to int, got {offsets!r}")
     return {partition_of(tp): offset_of(offset, tp) for tp, offset in offsets.items()}
-
-
-def timeout_of(timeout: Any, default_ms: int) -> float:
-    """Seconds to wait: ``timeout`` if given (>= 0), else the default in milliseconds.
-
-    Raises:
-        TypeError: not a number.
-        ValueError: negative.
-    """
-    if timeout is None:
-        return default_ms / 1000
-    if type(timeout) not in (int, float):
-        raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
-    if not timeout >= 0:
-        raise ValueError(f"timeout must be >= 0, got {timeout}")
-    return float(timeout)
 
 
 def max_records_of(max_records: Any, default: int) -> int:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Concatenate, Final, ParamSpec, Protocol, TypeVar
 
 from eosclient._net.client import Answer, NetworkClient
+from eosclient._net.io_thread import IoThread
 from eosclient.errors import EosError, FatalError, KafkaTimeoutError
 
 __all__ = ["Driver", "IoLoop", "serialized"]
@@ -68,7 +69,7 @@ def serialized(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenat
     return call
 
 
-class IoLoop:
+class IoLoop(IoThread):
     """The I/O thread and the lock it shares with the application.
 
     Args:
@@ -77,35 +78,9 @@ class IoLoop:
     """
 
     def __init__(self, client: NetworkClient, name: str) -> None:
-        self.client = client
-        self.lock = threading.Lock()
-        self.changed = threading.Condition(self.lock)
+        super().__init__(client, name)
         self.drivers: list[Driver] = []
-        self.crashed: BaseException | None = None
-        self.sleeping = False
         self.stopped = False
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
-
-    def start(self) -> None:
-        """Start the thread."""
-        self._thread.start()
-
-    def wake(self) -> None:
-        """Make the thread run a step soon (call under the lock); cheap when it is awake."""
-        if self.sleeping:
-            self.sleeping = False
-            self.client.wakeup()
-
-    def stop(self) -> None:
-        """Ask the thread to close the connections and exit (call under the lock)."""
-        self._stopping = True
-        self.client.wakeup()
-
-    def join(self, timeout: float = _JOIN_TIMEOUT) -> None:
-        """Wait for the thread to exit (call without the lock)."""
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
 
     def wait_until(self, ready: Callable[[], bool], deadline: float, what: str,
                    check: Callable[[], None], cause: Callable[[], EosError | None] | None = None,

@@ -7,8 +7,8 @@ Each function raises a :class:`~eosclient.errors.UsageError` (or a builtin ``Typ
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
+from eosclient._args import timeout_of
 from eosclient._core.txn import GroupMetadata
 from eosclient._core.types import TopicPartition
 from eosclient.errors import InvalidGroupIdError, RecordTypeError, UnknownPartitionError
@@ -122,17 +122,3 @@ def group_id_of(group_id: object) -> str | None:
     return group_id
 
 
-def timeout_of(timeout: Any, default_ms: int) -> float:
-    """Seconds to wait: ``timeout`` if given (>= 0), else the default in milliseconds.
-
-    Raises:
-        TypeError: not a number.
-        ValueError: negative.
-    """
-    if timeout is None:
-        return default_ms / 1000
-    if type(timeout) not in (int, float):
-        raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
-    if not timeout >= 0:
-        raise ValueError(f"timeout must be >= 0, got {timeout}")
-    return float(timeout)

@@ -38,7 +38,6 @@ connection closed *before* it is reported with ``on_batch_expired``.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
@@ -50,6 +49,7 @@ from eosclient._core.txn import (
 )
 from eosclient._core.types import NO_IDENTITY
 from eosclient._net.client import Answer, NetworkClient
+from eosclient._net.io_thread import IoThread
 from eosclient._producer.produce import ProduceLane
 from eosclient._producer.results import DeliveryFuture, publish
 from eosclient.config import ProducerConfig
@@ -64,7 +64,7 @@ _EXPIRY_EVERY = 0.1  # seconds between delivery-timeout sweeps
 _JOIN_TIMEOUT = 10.0
 
 
-class Sender:
+class Sender(IoThread):
     """The I/O thread and the state it shares with application threads under :attr:`lock`.
 
     Args:
@@ -73,8 +73,6 @@ class Sender:
 
     def __init__(self, config: ProducerConfig) -> None:
         self.config = config
-        self.lock = threading.Lock()
-        self.changed = threading.Condition(self.lock)
         self.core = TransactionCore(
             transactional_id=config.transactional_id,
             transaction_timeout_ms=config.transaction_timeout_ms,
@@ -88,44 +86,13 @@ class Sender:
             max_in_flight=config.max_in_flight_requests_per_connection,
             transactional=config.transactional, partitioner=config.partitioner,
         ))
-        self.client = NetworkClient(config)
+        super().__init__(NetworkClient(config), f"eosclient-producer-{config.client_id}")
         self.metadata = self.client.metadata
         self.settled: list[DeliveryFuture[object]] = []
         self.flushing = 0
-        self.crashed: BaseException | None = None
         self._lane = ProduceLane(config, self.core, self.acc, self.client)
         self._sends: list[SendRequest] = []
         self._next_expiry = 0.0
-        self.sleeping = False  # the I/O thread is (about to be) waiting in poll
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"eosclient-producer-{config.client_id}")
-
-    # -- application threads (under the lock) ------------------------------------------------
-
-    def start(self) -> None:
-        """Start the I/O thread."""
-        self._thread.start()
-
-    def wake(self) -> None:
-        """Make the I/O thread run a step soon; cheap when it is already awake."""
-        if self.sleeping:
-            self.sleeping = False
-            self.client.wakeup()
-
-    def stop(self) -> None:
-        """Ask the I/O thread to fail what is left, close the connections and exit."""
-        self._stopping = True
-        self.client.wakeup()
-
-    def join(self, timeout: float = _JOIN_TIMEOUT) -> None:
-        """Wait for the I/O thread to exit (call without the lock)."""
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def in_io_thread(self) -> bool:
-        """Whether the caller is the I/O thread (a delivery future's callback)."""
-        return threading.current_thread() is self._thread
 
     def check_alive(self) -> None:
         """Raise if the I/O thread died of a bug.
