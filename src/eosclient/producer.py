@@ -49,6 +49,8 @@ log = logging.getLogger("eosclient.producer")
 
 _GRACE = 1.0  # seconds past a deadline before a caller stops waiting for the I/O thread
 _DEAD = frozenset({State.FENCED, State.FATAL, State.CLOSED})
+_PUBLIC_NAMES = {"init": "init_transactions", "commit": "commit_transaction",
+                 "abort": "abort_transaction"}
 
 
 class TransactionalProducer:
@@ -359,6 +361,7 @@ class TransactionalProducer:
         """
         seconds = args.timeout_of(timeout, self.config.max_block_ms)
         deadline = time.monotonic() + seconds
+        self._sender.refuse_to_wait("flush")
         with self._lock:
             self._check_open()
             self._sender.flushing += 1
@@ -421,6 +424,7 @@ class TransactionalProducer:
     def _blocking(self, call: Any, timeout: float | None) -> None:
         """Run a core call that returns a Completion, and wait for it (under the lock)."""
         seconds = args.timeout_of(timeout, self.config.max_block_ms)
+        self._sender.refuse_to_wait(_PUBLIC_NAMES.get(call.__name__, call.__name__))
         with self._lock:
             self._check_open()
             now = time.monotonic()

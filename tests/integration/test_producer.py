@@ -450,3 +450,31 @@ def test_init_times_out_then_resumes(
         with producer.transaction():
             producer.send(topic, b"after", partition=0)
     assert log_outcome(broker, topic)[0] == [b"after"]
+
+
+def test_blocking_calls_from_a_delivery_callback_fail_fast(
+        broker: RunningBroker, unique_name: Callable[[str], str],
+        make_producer: Callable[..., TransactionalProducer]) -> None:
+    # A flush() or commit from a callback made the I/O thread wait for itself until the call's
+    # timeout, stalling every other record; now it is refused at once.
+    topic = create_topic(broker, unique_name("t"))
+    producer = make_producer(broker.bootstrap_servers, unique_name("txn"))
+    producer.init_transactions(TIMEOUT)
+    caught: list[BaseException] = []
+    done = threading.Event()
+
+    def blocking_calls(_: Future[RecordMetadata]) -> None:
+        for call in (producer.flush, producer.commit_transaction):
+            try:
+                call(TIMEOUT)
+            except BaseException as exc:
+                caught.append(exc)
+        done.set()
+
+    producer.begin_transaction()
+    producer.send(topic, b"v").add_done_callback(blocking_calls)
+    assert done.wait(TIMEOUT)
+    assert [type(exc) for exc in caught] == [IllegalStateError, IllegalStateError], caught
+    assert "commit_transaction() cannot wait" in str(caught[1])
+    producer.commit_transaction(TIMEOUT)
+    assert log_outcome(broker, topic)[0] == [b"v"]

@@ -194,11 +194,13 @@ class Router:
                 for run in range(runs)]
 
     def _await_metadata(self, topic: str) -> int:
+        self._sender.refuse_to_wait("send")
         deadline = time.monotonic() + self._max_block
         self._metadata.want((topic,))
         self._sender.wake()
         while (count := self._metadata.partition_count(topic)) is None:
             self._sender.check_alive()
+            self.check_state(topic)  # close() from another thread ends the wait
             error = self._metadata.topic_error(topic)
             if error is not None:
                 raise error

@@ -94,6 +94,18 @@ class Sender(IoThread):
         self._sends: list[SendRequest] = []
         self._next_expiry = 0.0
 
+    def refuse_to_wait(self, call: str) -> None:
+        """Refuse a blocking call made from the I/O thread (a delivery future's callback): the
+        thread would wait for itself until the call's timeout, stalling every other record.
+
+        Raises:
+            IllegalStateError: the caller is the I/O thread; nothing changed.
+        """
+        if self.in_io_thread():
+            raise IllegalStateError(f"{call}() cannot wait inside a delivery callback, which "
+                                    "runs on the producer's I/O thread; call it from another "
+                                    "thread")
+
     def check_alive(self) -> None:
         """Raise if the I/O thread died of a bug.
 
