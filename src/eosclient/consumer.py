@@ -340,16 +340,24 @@ class ReadCommittedConsumer:
         """The group, generation and member id, for ``send_offsets_to_transaction`` (KIP-447):
         the coordinator refuses the commit of a member whose generation has passed.
 
+        A subscribed consumer always gets the generation of its last successful join, even
+        after it lost it (a session or poll-interval timeout): a commit made with it then fails
+        at the coordinator, which is the fence. A consumer that uses ``assign()`` gets the bare
+        group id (no generation: nothing to fence).
+
         Raises:
             IllegalStateError: no ``group_id``.
+            RetriableError: subscribed, but not yet a member of the group (poll() first).
         """
         group = self._need_group("group_metadata()")
         with self._lock:
-            membership = group.membership
-            if membership.has_generation():
-                return ConsumerGroupMetadata(group.group_id, membership.generation,
-                                             membership.member_id)
-        return ConsumerGroupMetadata(group.group_id)
+            if self._mode is not _Mode.SUBSCRIBE:
+                return ConsumerGroupMetadata(group.group_id)
+            joined = group.membership.last_joined
+        if joined is None:
+            raise error_for(ApiKey.OFFSET_COMMIT, 27, "not yet a member of the group: poll() "
+                            "until partitions are assigned")
+        return ConsumerGroupMetadata(group.group_id, joined[0], joined[1])
 
     # -- lifecycle ------------------------------------------------------------------------------
 

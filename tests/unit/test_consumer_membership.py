@@ -209,6 +209,15 @@ def test_a_silent_coordinator_ends_the_session() -> None:
     assert (m.state, m.member_id, m.generation) == (State.REVOKING, "", -1)
 
 
+def test_the_last_join_outlives_a_lost_session() -> None:
+    # group_metadata() used to fall back to generation -1 and no member id once the session was
+    # lost, which lets a zombie's transactional offset commit skip the coordinator's KIP-447 check.
+    m, _ = stable()
+    m.refused(22, 0.5)
+    assert m.generation == -1
+    assert m.last_joined == (5, "m1")
+
+
 def test_no_poll_for_the_poll_interval_leaves_the_group() -> None:
     m, _ = stable()
     for t in range(1, 60):  # heartbeats answered, but the application never polls again

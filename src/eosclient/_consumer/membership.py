@@ -83,6 +83,12 @@ class Membership:
         self.error: EosError | None = None
         self.member_id = ""
         self.generation = -1
+        # (generation, member id) of the last JoinGroup that succeeded, never reset locally:
+        # what group_metadata() hands to send_offsets_to_transaction. After the member lost its
+        # generation (session or poll-interval timeout, a refused heartbeat), the coordinator
+        # must refuse a transactional commit made with it (KIP-447); generation -1 and no member
+        # id would skip that check.
+        self.last_joined: tuple[int, str] | None = None
         self.topics: frozenset[str] = frozenset()
         self.assignment: list[TopicPartition] = []  # from SyncGroup, until installed
         self.attempt = 0
@@ -202,6 +208,7 @@ class Membership:
             return
         self._failures = 0
         self.member_id, self.generation = response.member_id, response.generation_id
+        self.last_joined = (response.generation_id, response.member_id)
         self._protocol = response.protocol_name or ""
         self._joined = response if response.leader == response.member_id else _FOLLOWER
         self._transition(Input.RECV_JOINED, now)
