@@ -180,6 +180,7 @@ class PartitionFilter:
         self._last_marker: dict[int, int] = {}  # producer id -> offset of its latest marker
         self._index: list[tuple[int, int]] = []  # this response's (first offset, producer id)
         self._index_pos = 0
+        self._index_of: object = None  # the aborted_transactions object _index was sorted from
 
     def feed(self, batches: Iterable[RecordBatch], *, last_stable_offset: int | None = None,
              aborted_transactions: Iterable[AbortedTransaction] | None = None) -> list[Record]:
@@ -202,8 +203,14 @@ class PartitionFilter:
             return self._feed_uncommitted(batches)
         known = last_stable_offset is not None and last_stable_offset >= 0
         lso = last_stable_offset if last_stable_offset is not None and known else 1 << 63
-        self._index = sorted((a.first_offset, a.producer_id) for a in aborted_transactions or ())
-        self._index_pos = 0
+        if aborted_transactions is None or aborted_transactions is not self._index_of:
+            # A new response: sort its index once. The same response fed batch by batch keeps
+            # its sorted index and cursor (noida-db lists every abort ever: re-sorting per
+            # batch made reading quadratic in the partition's history of aborts).
+            self._index = sorted((a.first_offset, a.producer_id)
+                                 for a in aborted_transactions or ())
+            self._index_pos = 0
+            self._index_of = aborted_transactions
         use_index = known and self.trust.proven
         out: list[Record] = []
         for batch in batches:
