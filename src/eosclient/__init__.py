@@ -34,6 +34,7 @@ from eosclient.errors import (
     UsageError,
 )
 from eosclient.group_metadata import ConsumerGroupMetadata
+from eosclient.processor import ExactlyOnceProcessor, OutputRecord, ProcessorStats
 from eosclient.producer import TransactionalProducer
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "CorruptRecordError",
     "EosError",
     "EpochBumpRequiredError",
+    "ExactlyOnceProcessor",
     "FatalError",
     "FencedError",
     "IllegalStateError",
@@ -53,6 +55,8 @@ __all__ = [
     "KafkaConnectionError",
     "KafkaTimeoutError",
     "OffsetOutOfRangeError",
+    "OutputRecord",
+    "ProcessorStats",
     "ProducerConfig",
     "ProtocolError",
     "ReadCommittedConsumer",

@@ -6,6 +6,16 @@ Subcommands:
     Run one broker in the foreground on 127.0.0.1 until Ctrl-C or SIGTERM (needs the ``broker``
     extra).
 
+``eosclient verify --input T --output T --bootstrap-servers B [--match {header,value}]``
+    Check that the output topic holds every input record exactly once (see
+    :mod:`eosclient.testing.checker`): exit 0 when nothing is wrong, 1 on any anomaly (or when a
+    topic cannot be read), 2 on a usage error.
+
+``eosclient copy --input T --output T --group G --transactional-id ID --bootstrap-servers B``
+    Copy records exactly once with :class:`~eosclient.ExactlyOnceProcessor` (like Kafka's
+    TransactionalMessageCopier), printing progress; SIGINT or SIGTERM commits what is open and
+    exits 0. Exit 1 when the processor fails (fenced, say).
+
 Each subcommand is an ``add_*_command(subparsers)`` function that sets ``handler`` to a function
 taking the parsed arguments and returning the exit status.
 """
@@ -22,7 +32,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Final
 
+from eosclient.errors import ConfigError, EosError
+from eosclient.processor import ExactlyOnceProcessor
 from eosclient.testing.brokers import BROKER_KINDS, BrokerError, RunningBroker, start_broker
+from eosclient.testing.checker import check
 
 __all__ = ["main"]
 
@@ -36,6 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eosclient", description="Exactly-once Kafka tools.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_broker_command(subparsers)
+    add_verify_command(subparsers)
+    add_copy_command(subparsers)
     args = parser.parse_args(argv)
     handler: _Handler = args.handler
     return handler(args)
@@ -60,6 +75,139 @@ def add_broker_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         "--timeout", type=float, default=30.0, help="seconds to wait for it to start (30)"
     )
     parser.set_defaults(handler=_run_broker)
+
+
+def add_verify_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``eosclient verify``."""
+    parser = subparsers.add_parser(
+        "verify",
+        help="check that a copy is exactly once",
+        description="Read both topics with read_committed and report lost, duplicated, "
+        "aborted-but-read and out-of-order records. Exit 0 if there are none, else 1.",
+    )
+    parser.add_argument("--input", required=True, help="the input topic")
+    parser.add_argument("--output", required=True, help="the output topic")
+    parser.add_argument("--bootstrap-servers", required=True, help="host:port[,host:port]")
+    parser.add_argument(
+        "--match", choices=("header", "value"), default="header",
+        help="match output to input by the eos.src header (default) or by value",
+    )
+    parser.add_argument(
+        "--aborted-ids", type=Path, help="a file of record ids that were aborted, one a line"
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per topic (60)")
+    parser.set_defaults(handler=_run_verify)
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    try:
+        aborted = _aborted_ids(args.aborted_ids)
+        report = check(args.bootstrap_servers, args.input, args.output, match=args.match,
+                       aborted=aborted, timeout=args.timeout)
+    except (EosError, OSError, ValueError) as exc:
+        print(f"eosclient verify: {exc}", file=sys.stderr)
+        return 1
+    print(report, flush=True)
+    return 0 if report.ok else 1
+
+
+def add_copy_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``eosclient copy``."""
+    parser = subparsers.add_parser(
+        "copy",
+        help="copy a topic exactly once",
+        description="Copy records from input topics to an output topic in transactions, "
+        "until Ctrl-C or SIGTERM (or a limit below).",
+    )
+    parser.add_argument("--input", required=True, action="append", help="an input topic")
+    parser.add_argument("--output", required=True, help="the output topic")
+    parser.add_argument("--group", required=True, help="the consumer group id")
+    parser.add_argument("--transactional-id", required=True, help="stable across restarts")
+    parser.add_argument("--bootstrap-servers", required=True, help="host:port[,host:port]")
+    parser.add_argument("--max-records-per-transaction", type=int, default=500)
+    parser.add_argument("--commit-interval-ms", type=int, default=100)
+    parser.add_argument("--max-records", type=int, help="stop after this many input records")
+    parser.add_argument("--idle-timeout", type=float, help="stop after this long without records")
+    parser.add_argument("--progress-interval", type=float, default=1.0,
+                        help="seconds between progress lines (1)")
+    parser.add_argument("--consumer-property", action="append", default=[], metavar="KEY=VALUE",
+                        help="a consumer setting by Kafka's dotted key (repeatable)")
+    parser.add_argument("--producer-property", action="append", default=[], metavar="KEY=VALUE",
+                        help="a producer setting by Kafka's dotted key (repeatable)")
+    parser.set_defaults(handler=_run_copy)
+
+
+def _run_copy(args: argparse.Namespace) -> int:
+    try:
+        processor = ExactlyOnceProcessor(
+            bootstrap_servers=args.bootstrap_servers, input_topics=args.input,
+            output_topic=args.output, group_id=args.group,
+            transactional_id=args.transactional_id,
+            max_records_per_transaction=args.max_records_per_transaction,
+            commit_interval_ms=args.commit_interval_ms,
+            consumer_config=_properties(args.consumer_property),
+            producer_config=_properties(args.producer_property))
+    except ValueError as exc:
+        print(f"eosclient copy: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    reporter = threading.Thread(target=_report, args=(processor, stop, args.progress_interval),
+                                daemon=True)
+    with _signals_call(processor.stop):
+        reporter.start()
+        try:
+            stats = processor.run(max_records=args.max_records, idle_timeout=args.idle_timeout)
+        except ConfigError as exc:
+            print(f"eosclient copy: {exc}", file=sys.stderr)
+            return 2
+        except EosError as exc:
+            print(f"eosclient copy: {exc!r}", file=sys.stderr)
+            return 1
+        finally:
+            stop.set()
+    print(f"done: {stats}", flush=True)
+    return 0
+
+
+def _properties(items: list[str]) -> dict[str, object]:
+    """``KEY=VALUE`` strings as a config dict (integers as int; the config checks the rest).
+
+    Raises:
+        ValueError: an item without ``=``.
+    """
+    found: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"expected KEY=VALUE, got {item!r}")
+        found[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
+    return found
+
+
+def _report(processor: ExactlyOnceProcessor, stop: threading.Event, interval: float) -> None:
+    while not stop.wait(interval):
+        print(processor.stats, flush=True)
+
+
+@contextmanager
+def _signals_call(action: Callable[[], None]) -> Iterator[None]:
+    """Let SIGINT and SIGTERM call ``action`` (a graceful stop) instead of killing the process."""
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        action()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _aborted_ids(path: Path | None) -> list[str]:
+    if path is None:
+        return []
+    return [line.strip() for line in path.read_text().splitlines() if line.strip()]
 
 
 def _run_broker(args: argparse.Namespace) -> int:

@@ -1,0 +1,1 @@
+"""Internals of :mod:`eosclient.processor` (and of the checker): not public."""

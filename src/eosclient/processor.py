@@ -1,0 +1,360 @@
+"""ExactlyOnceProcessor: consume, transform, produce, each input record's effect exactly once.
+
+Theory of operation. One loop on the caller's thread (``run()``), over one
+:class:`~eosclient.ReadCommittedConsumer` (``subscribe()``, a consumer group) and one
+:class:`~eosclient.TransactionalProducer`::
+
+    poll -> begin(every output partition + the group, KIP-609 pre-registration)
+         -> transform -> send (each output with an ``eos.src`` header naming its input record)
+         -> poll more while the transaction is neither full nor due -> ...
+         -> send_offsets_to_transaction(positions after the records, group_metadata())  KIP-447
+         -> commit
+
+The input offsets move if and only if the outputs commit, so a crash anywhere redoes exactly the
+transaction that was open: the next instance with the same transactional.id fences this one
+(InitProducerId), the coordinator aborts what it left open, and the group resumes from the
+committed offsets.
+
+Failures, by kind (see :mod:`eosclient.errors`):
+
+* :class:`~eosclient.errors.AbortableError`: the transaction is aborted, every assigned
+  partition is rewound to its committed offset (read with ``require_stable``), and the loop goes
+  on: the same records are processed again in a new transaction.
+* :class:`~eosclient.errors.FencedError` (another instance owns the transactional.id) and
+  :class:`~eosclient.errors.FatalError`: the producer and consumer are closed and ``run()``
+  raises. The processor does not rejoin on its own: a fenced instance is a zombie, and the
+  newer one already does its work; a supervisor may build a new processor if it knows better.
+* An exception raised by the transform: the transaction is aborted, the clients closed, and
+  ``run()`` re-raises it (nothing of that transaction was committed).
+
+A rebalance that revokes partitions commits the open transaction first (in ``on_revoke``); if
+that commit fails, it is aborted and every partition still assigned is rewound before the next
+poll, so no record is lost and no output is written twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from eosclient._core.types import TopicPartition
+from eosclient._processor.stats import ProcessorStats, StatsCounter
+from eosclient._processor.topics import partition_count
+from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer
+from eosclient.errors import AbortableError, EosError, KafkaTimeoutError
+from eosclient.producer import TransactionalProducer
+
+__all__ = ["SOURCE_HEADER", "ExactlyOnceProcessor", "OutputRecord", "ProcessorStats"]
+
+log = logging.getLogger("eosclient.processor")
+
+SOURCE_HEADER = "eos.src"  # "topic/partition/offset" of the input record an output came from
+_T = TypeVar("_T")
+_COMMIT_ATTEMPTS = 3  # commit_transaction() calls (each resumes the last) before giving up
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRecord:
+    """One record for the output topic, when a ``(key, value)`` pair is not enough.
+
+    Attributes:
+        value: bytes-like or None (or what the producer's value serializer takes).
+        key: bytes-like or None.
+        partition: The output partition; None lets the partitioner choose.
+        headers: Extra ``(str, bytes | None)`` headers (``eos.src`` is added to them).
+        source: The input record it came from; a ``batch_fn`` sets it so that the output gets
+            its ``eos.src`` header (``fn``'s outputs get it from their input record).
+    """
+
+    value: object
+    key: object = None
+    partition: int | None = None
+    headers: Sequence[tuple[str, bytes | None]] = ()
+    source: ConsumerRecord | None = None
+
+
+Output = OutputRecord | tuple[object, object]
+Transform = Callable[[ConsumerRecord], Iterable[Output]]
+BatchTransform = Callable[[list[ConsumerRecord]], Iterable[Output]]
+
+
+class _Txn:
+    """The open transaction: the next offset per input partition, and what it holds."""
+
+    def __init__(self, interval: float) -> None:
+        self.offsets: dict[TopicPartition, int] = {}
+        self.records_in = 0
+        self.records_out = 0
+        self.due = time.monotonic() + interval
+
+
+class ExactlyOnceProcessor:
+    """Copy (and transform) records from input topics to an output topic, exactly once.
+
+    Args:
+        bootstrap_servers: ``"host:port,host:port"``.
+        input_topics: The topics to consume (as a member of ``group_id``).
+        output_topic: The topic outputs go to.
+        group_id: The consumer group; its offsets are committed inside the transactions.
+        transactional_id: Stable across restarts of this instance (one per instance).
+        fn: ``fn(record) -> iterable of (key, value) or OutputRecord``; default: identity.
+        batch_fn: Instead of ``fn``: ``batch_fn(records) -> iterable of outputs``, called once
+            per poll.
+        max_records_per_transaction: Commit when a transaction holds this many input records.
+        commit_interval_ms: Commit a transaction at the latest this long after it began.
+        producer_config: Producer settings by Kafka's dotted key.
+        consumer_config: Consumer settings by Kafka's dotted key (``auto.offset.reset``
+            defaults to ``earliest`` here).
+
+    Raises:
+        ValueError: both ``fn`` and ``batch_fn``, no input topic, or a bad limit.
+    """
+
+    def __init__(self, *, bootstrap_servers: str, input_topics: Sequence[str],
+                 output_topic: str, group_id: str, transactional_id: str,
+                 fn: Transform | None = None, batch_fn: BatchTransform | None = None,
+                 max_records_per_transaction: int = 500, commit_interval_ms: int = 100,
+                 producer_config: Mapping[str, object] | None = None,
+                 consumer_config: Mapping[str, object] | None = None) -> None:
+        if fn is not None and batch_fn is not None:
+            raise ValueError("give fn or batch_fn, not both")
+        if isinstance(input_topics, str) or not input_topics:
+            raise ValueError("input_topics must be a non-empty list of topic names")
+        if max_records_per_transaction < 1 or commit_interval_ms < 0:
+            raise ValueError("max_records_per_transaction must be >= 1, commit_interval_ms >= 0")
+        self.bootstrap_servers = bootstrap_servers
+        self.input_topics = list(input_topics)
+        self.output_topic = output_topic
+        self.group_id = group_id
+        self.transactional_id = transactional_id
+        self._fn, self._batch_fn = fn, batch_fn
+        self._max_records = max_records_per_transaction
+        self._interval = commit_interval_ms / 1000
+        self._producer_config = dict(producer_config or {})
+        self._consumer_config = {"auto.offset.reset": "earliest", **(consumer_config or {})}
+        self._stop = threading.Event()
+        self._counter = StatsCounter()
+        self._txn: _Txn | None = None
+        self._rewind = False
+        self._declared: list[TopicPartition] | None = None
+        self._producer: TransactionalProducer | None = None
+        self._consumer: ReadCommittedConsumer | None = None
+
+    @property
+    def stats(self) -> ProcessorStats:
+        """Progress so far (committed records, transactions, records/s); any thread."""
+        return self._counter.snapshot()
+
+    def stop(self) -> None:
+        """Ask ``run()`` to commit what it has and return; safe from any thread or a signal
+        handler."""
+        self._stop.set()
+
+    def run(self, max_records: int | None = None, timeout: float | None = None,
+            idle_timeout: float | None = None) -> ProcessorStats:
+        """Process until ``stop()``, ``max_records`` input records, ``timeout`` seconds, or
+        ``idle_timeout`` seconds without a record (counted while partitions are assigned: a
+        group join may wait for a dead member's session to expire); commit, close the
+        clients, return the stats.
+
+        Raises:
+            FencedError: another instance took over the transactional.id; clients closed.
+            FatalError: e.g. not authorised; clients closed.
+            KafkaTimeoutError: init or a commit did not finish in time; clients closed.
+            Whatever ``fn``/``batch_fn`` raised, after aborting its transaction.
+        """
+        self._stop.clear()
+        self._counter.started()
+        stop_at = time.monotonic() + timeout if timeout is not None else float("inf")
+        try:
+            self._open()
+            self._loop(max_records, stop_at, idle_timeout)
+            self._commit()
+        except BaseException:
+            self._abort_quietly()
+            raise
+        finally:
+            self._close()
+        log.info("processor stopped: %s", self.stats)
+        return self.stats
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def _loop(self, max_records: int | None, stop_at: float, idle: float | None) -> None:
+        last_record = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= stop_at or (idle is not None and self._txn is None
+                                  and now - last_record >= idle):
+                return
+            budget = self._budget(max_records)
+            if budget <= 0:
+                return
+            try:
+                if self._step(budget) or not self._need(self._consumer).assignment():
+                    last_record = time.monotonic()
+            except AbortableError as exc:
+                self._recover(exc)
+
+    def _budget(self, max_records: int | None) -> int:
+        """How many more input records this run may take into the open transaction."""
+        open_in = self._txn.records_in if self._txn else 0
+        room = self._max_records - open_in
+        if max_records is not None:
+            room = min(room, max_records - self.stats.records_in - open_in)
+        return room
+
+    def _step(self, budget: int) -> bool:
+        """Poll once, process what came, commit if the transaction is full or due."""
+        consumer = self._need(self._consumer)
+        if self._rewind:
+            self._rewind_to_committed()
+        wait = 0.1 if self._txn is None else max(0.0, min(0.1, self._txn.due - time.monotonic()))
+        records = consumer.poll(wait, max_records=budget)
+        if records:
+            if self._txn is None:  # none open, or on_revoke committed it inside poll()
+                self._begin()
+            self._process(records)
+        txn = self._txn
+        if txn is not None and (txn.records_in >= self._max_records or time.monotonic() >= txn.due
+                                or budget <= len(records)):
+            self._commit()
+        return bool(records)
+
+    def _begin(self) -> None:
+        self._need(self._producer).begin_transaction(self._declared, self.group_id)
+        self._txn = _Txn(self._interval)
+
+    def _process(self, records: list[ConsumerRecord]) -> None:
+        txn = self._need(self._txn)
+        if self._batch_fn is not None:
+            for output in self._batch_fn(records):
+                self._send(output, None)
+        else:
+            for record in records:
+                for output in (self._fn(record) if self._fn else [(record.key, record.value)]):
+                    self._send(output, record)
+        for record in records:
+            txn.offsets[TopicPartition(record.topic, record.partition)] = record.offset + 1
+        txn.records_in += len(records)
+
+    def _send(self, output: Output, record: ConsumerRecord | None) -> None:
+        out = output if isinstance(output, OutputRecord) else OutputRecord(output[1], output[0])
+        source = out.source or record
+        headers = list(out.headers)
+        if source is not None:
+            headers.append((SOURCE_HEADER,
+                            f"{source.topic}/{source.partition}/{source.offset}".encode()))
+        self._need(self._producer).send(self.output_topic, out.value, out.key,
+                                        partition=out.partition, headers=headers)
+        self._need(self._txn).records_out += 1
+
+    def _commit(self) -> None:
+        """Commit the open transaction (if any) with its input offsets.
+
+        Raises:
+            AbortableError: the transaction failed; it is still open (call ``_recover``).
+            KafkaTimeoutError: the commit did not finish after a few attempts.
+        """
+        txn, producer, consumer = self._txn, self._need(self._producer), self._need(self._consumer)
+        if txn is None:
+            return
+        if txn.offsets:
+            producer.send_offsets_to_transaction(txn.offsets, consumer.group_metadata())
+        for attempt in range(1, _COMMIT_ATTEMPTS + 1):
+            try:
+                producer.commit_transaction()
+                break
+            except KafkaTimeoutError:  # the same call resumes the same commit
+                if attempt == _COMMIT_ATTEMPTS:
+                    raise
+                log.warning("commit timed out (attempt %d); resuming it", attempt)
+        self._txn = None
+        self._counter.committed(txn.records_in, txn.records_out)
+        log.debug("committed %d in, %d out", txn.records_in, txn.records_out)
+
+    def _recover(self, exc: AbortableError) -> None:
+        """Abort the failed transaction and rewind to the committed offsets."""
+        log.warning("transaction failed, aborting and rewinding: %r", exc)
+        self._abort()
+        self._rewind_to_committed()
+
+    def _abort(self) -> None:
+        if self._txn is not None:  # every transaction begun is tracked, failed ones included
+            self._txn = None
+            self._need(self._producer).abort_transaction()
+            self._counter.aborted()
+
+    def _rewind_to_committed(self) -> None:
+        consumer = self._need(self._consumer)
+        self._rewind = False
+        assigned = consumer.assignment()
+        if not assigned:
+            return
+        for tp, offset in consumer.committed(assigned).items():
+            if offset is None:
+                consumer.seek_to_beginning([tp])
+            else:
+                consumer.seek(tp, offset)
+
+    # -- rebalances -----------------------------------------------------------------------------
+
+    def _on_revoke(self, partitions: list[TopicPartition]) -> None:
+        """Finish the open transaction before the group takes partitions away."""
+        if self._txn is None:
+            return
+        log.info("partitions revoked: committing the open transaction first")
+        try:
+            self._commit()
+        except AbortableError as exc:
+            log.warning("commit before revocation failed, aborting: %r", exc)
+            self._abort()
+            self._rewind = True  # partitions kept (if any) must go back to committed offsets
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        producer = TransactionalProducer(self.bootstrap_servers,
+                                         transactional_id=self.transactional_id,
+                                         config=self._producer_config)
+        self._producer = producer
+        producer.init_transactions()  # fences an older instance, settles what it left open
+        self._declared = self._output_partitions()
+        consumer = ReadCommittedConsumer(self.bootstrap_servers, group_id=self.group_id,
+                                         config=self._consumer_config)
+        self._consumer = consumer
+        consumer.subscribe(self.input_topics, on_revoke=self._on_revoke)
+        log.info("processor %s: %s -> %s, group %s", self.transactional_id,
+                 ",".join(self.input_topics), self.output_topic, self.group_id)
+
+    def _output_partitions(self) -> list[TopicPartition] | None:
+        try:
+            count = partition_count(self.bootstrap_servers, self.output_topic)
+        except EosError as exc:  # not known: the producer adds partitions as it sends
+            log.warning("output partitions unknown (%r): not pre-registered", exc)
+            return None
+        return [TopicPartition(self.output_topic, p) for p in range(count)]
+
+    def _abort_quietly(self) -> None:
+        try:
+            self._abort()
+        except EosError as exc:  # the original error is what the caller needs
+            log.warning("abort after a failure failed too: %r", exc)
+
+    def _close(self) -> None:
+        consumer, producer = self._consumer, self._producer
+        self._consumer = self._producer = None
+        self._txn = None
+        if consumer is not None:
+            consumer.close()  # no transaction is open now: on_revoke has nothing to do
+        if producer is not None:
+            producer.close()
+    @staticmethod
+    def _need(value: _T | None) -> _T:
+        if value is None:
+            raise RuntimeError("the processor is not running")
+        return value
