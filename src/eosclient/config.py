@@ -296,6 +296,10 @@ class ConsumerConfig(ClientConfig):
     group_id: str | None = field(default=None, metadata=setting(
         "group.id", text(optional=True),
         "the consumer group; needed by subscribe(), commit() and committed()"))
+    group_instance_id: str | None = field(default=None, metadata=setting(
+        "group.instance.id", text(optional=True),
+        "KIP-345 static member id, unique in the group: a restart within session.timeout.ms "
+        "keeps the member's partitions; close() does not leave the group"))
     isolation_level: str = field(default="read_committed", metadata=setting(
         "isolation.level", choice("read_committed", "read_uncommitted"),
         "read_committed delivers committed records below the LSO only"))

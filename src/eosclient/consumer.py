@@ -75,6 +75,10 @@ class ReadCommittedConsumer:
     Args:
         bootstrap_servers: ``"host:port,host:port"`` or a list of ``"host:port"``.
         group_id: ``group.id``; needed by :meth:`subscribe`, :meth:`commit`, :meth:`committed`.
+        group_instance_id: ``group.instance.id``: a static member (KIP-345). A consumer
+            restarted with the same one within ``session.timeout.ms`` takes its predecessor's
+            place (and partitions) at once, and the predecessor is fenced; :meth:`close` does
+            not leave the group (as in Java), so its partitions wait for it that long.
         isolation_level: ``"read_committed"`` (default) or ``"read_uncommitted"``.
         auto_offset_reset: ``"earliest"``, ``"latest"`` (default: the LSO) or ``"none"``.
         client_id: ``client.id``.
@@ -87,7 +91,8 @@ class ReadCommittedConsumer:
     """
 
     def __init__(self, bootstrap_servers: str | Sequence[str] | None = None, *,
-                 group_id: str | None = None, isolation_level: str | None = None,
+                 group_id: str | None = None, group_instance_id: str | None = None,
+                 isolation_level: str | None = None,
                  auto_offset_reset: str | None = None, client_id: str | None = None,
                  config: Mapping[str, object] | ConsumerConfig | None = None) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
@@ -337,8 +342,9 @@ class ReadCommittedConsumer:
                                self._check_open)
 
     def group_metadata(self) -> ConsumerGroupMetadata:
-        """The group, generation and member id, for ``send_offsets_to_transaction`` (KIP-447):
-        the coordinator refuses the commit of a member whose generation has passed.
+        """The group, generation, member id and ``group.instance.id``, for
+        ``send_offsets_to_transaction`` (KIP-447): the coordinator refuses the commit of a
+        member whose generation has passed, or whose instance id another member now owns.
 
         A subscribed consumer always gets the generation of its last successful join, even
         after it lost it (a session or poll-interval timeout): a commit made with it then fails
@@ -357,14 +363,16 @@ class ReadCommittedConsumer:
         if joined is None:
             raise error_for(ApiKey.OFFSET_COMMIT, 27, "not yet a member of the group: poll() "
                             "until partitions are assigned")
-        return ConsumerGroupMetadata(group.group_id, joined[0], joined[1])
+        return ConsumerGroupMetadata(group.group_id, joined[0], joined[1],
+                                     self.config.group_instance_id)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     @serialized
     def close(self, timeout: float | None = None) -> None:
-        """Revoke (``on_revoke``), leave the group, close the connections. Idempotent; errors
-        on the way are logged, not raised: closing always closes."""
+        """Revoke (``on_revoke``), leave the group (a static member does not: it keeps its
+        place for ``session.timeout.ms``), close the connections. Idempotent; errors on the
+        way are logged, not raised: closing always closes."""
         deadline = self._deadline(timeout)
         with self._lock:
             if self._closed:

@@ -6,7 +6,8 @@ network client, under the consumer's lock, once per loop step:
 * the coordinator lookup (FindCoordinator, :mod:`eosclient._consumer.coordinator`), shared by
   everything below;
 * the membership (:mod:`eosclient._consumer.membership`): JoinGroup (with KIP-394's member id
-  retry), the leader's assignment, SyncGroup, heartbeats, LeaveGroup;
+  retry), the leader's assignment, SyncGroup, heartbeats, LeaveGroup (a static member,
+  ``group.instance.id``, sends none: it keeps its place when it closes);
 * offset jobs (:mod:`eosclient._consumer.offsets`): the application's ``commit()`` and
   ``committed()``, and the committed offsets of newly assigned partitions (``require_stable``).
 
@@ -71,7 +72,8 @@ class GroupCoordinator:
             rebalance_timeout=config.max_poll_interval_ms / 1000,
             heartbeat_interval=config.heartbeat_interval_ms / 1000,
             retry_backoff=config.retry_backoff_ms / 1000,
-            retry_backoff_max=config.retry_backoff_max_ms / 1000))
+            retry_backoff_max=config.retry_backoff_max_ms / 1000,
+            group_instance_id=config.group_instance_id))
         self.lookup = self.membership.lookup
         self.backoff = Backoff(config.retry_backoff_ms / 1000, config.retry_backoff_max_ms / 1000)
         self.jobs: list[OffsetJob] = []  # the application's; it removes them
@@ -89,9 +91,11 @@ class GroupCoordinator:
         """Start committing ``offsets`` under the current generation."""
         membership = self.membership
         subscribed = membership.has_generation()
+        instance_id = membership.settings.group_instance_id
         job = OffsetJob(self.group_id, self.backoff, offsets=offsets,
                         generation=membership.generation if subscribed else -1,
-                        member_id=membership.member_id if subscribed else "")
+                        member_id=membership.member_id if subscribed else "",
+                        group_instance_id=instance_id if subscribed else None)
         self.jobs.append(job)
         return job
 

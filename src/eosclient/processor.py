@@ -27,6 +27,17 @@ Failures, by kind (see :mod:`eosclient.errors`):
 * An exception raised by the transform: the transaction is aborted, the clients closed, and
   ``run()`` re-raises it (nothing of that transaction was committed).
 
+Static membership (KIP-345). The consumer's ``group.instance.id`` defaults to the
+transactional.id (unless ``consumer_config`` sets one): both name *this* instance, stable across
+restarts and unique among instances. A restarted instance then takes its predecessor's place in
+the group at once, with its partitions, instead of waiting for the coordinator to notice the
+dead member (noida-db never drops a SIGKILLed member and makes it the next generation's leader,
+so a restarted dynamic member would never get a partition). A zombie is fenced twice: by the
+transactional.id (InitProducerId bumps the epoch) and by the instance id (the group answers its
+heartbeats and commits FENCED_INSTANCE_ID). The price, as in Java: a static member does not
+leave the group when it closes, so after a clean stop its partitions wait
+``session.timeout.ms`` for it before the group hands them to the other instances.
+
 A rebalance that revokes partitions commits the open transaction first (in ``on_revoke``); if
 that commit fails, it is aborted and every partition still assigned is rewound before the next
 poll, so no record is lost and no output is written twice.
@@ -108,7 +119,8 @@ class ExactlyOnceProcessor:
         commit_interval_ms: Commit a transaction at the latest this long after it began.
         producer_config: Producer settings by Kafka's dotted key.
         consumer_config: Consumer settings by Kafka's dotted key (``auto.offset.reset``
-            defaults to ``earliest`` here).
+            defaults to ``earliest`` here, and ``group.instance.id`` to ``transactional_id``:
+            static membership, see the module docstring).
 
     Raises:
         ValueError: both ``fn`` and ``batch_fn``, no input topic, or a bad limit.
@@ -135,7 +147,8 @@ class ExactlyOnceProcessor:
         self._max_records = max_records_per_transaction
         self._interval = commit_interval_ms / 1000
         self._producer_config = dict(producer_config or {})
-        self._consumer_config = {"auto.offset.reset": "earliest", **(consumer_config or {})}
+        self._consumer_config = {"auto.offset.reset": "earliest",
+                                 "group.instance.id": transactional_id, **(consumer_config or {})}
         self._stop = threading.Event()
         self._counter = StatsCounter()
         self._txn: _Txn | None = None

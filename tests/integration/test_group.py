@@ -9,6 +9,10 @@ one member joins, commits and reads its commit back.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -175,6 +179,54 @@ def test_send_offsets_to_transaction_with_the_group_metadata(
         assert consumer.committed([tp]) == {tp: None}
         producer.commit_transaction()
         assert consumer.committed([tp], timeout=10) == {tp: 1}
+
+
+# A member that polls until it is killed; it prints its partitions once it has some.
+_STATIC_MEMBER = """
+import sys
+from eosclient import ReadCommittedConsumer
+boot, topic, group, instance = sys.argv[1:5]
+c = ReadCommittedConsumer(boot, group_id=group, group_instance_id=instance,
+                          auto_offset_reset="earliest",
+                          config={"session.timeout.ms": 30000, "heartbeat.interval.ms": 1000})
+c.subscribe([topic])
+while True:
+    c.poll(0.2)
+    if c.assignment():
+        print("ASSIGNED", len(c.assignment()), flush=True)
+"""
+
+
+def test_a_static_member_killed_and_restarted_gets_its_partitions_at_once(
+        noida_broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    # KIP-345: noida-db never drops a SIGKILLed member (and elects it leader of the next
+    # generation), so a dynamic member restarted in its place never gets a partition. With the
+    # same group.instance.id the new member replaces the dead one at once: no session timeout
+    # (30 s here) to wait for.
+    create_topic(noida_broker, topic_name, 2)
+    group, instance = unique_name("group"), unique_name("instance")
+    child = subprocess.Popen(
+        [sys.executable, "-c", _STATIC_MEMBER, noida_broker.bootstrap_servers, topic_name, group,
+         instance], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().startswith("ASSIGNED 2")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    started = time.monotonic()
+    with ReadCommittedConsumer(noida_broker.bootstrap_servers, group_id=group,
+                               group_instance_id=instance,
+                               config={"auto.offset.reset": "earliest",
+                                       "session.timeout.ms": 30000}) as consumer:
+        consumer.subscribe([topic_name])
+        while not consumer.assignment():
+            assert time.monotonic() - started < 10, "the restarted member got no partitions"
+            consumer.poll(0.2)
+        assert sorted(consumer.assignment()) == [TopicPartition(topic_name, 0),
+                                                 TopicPartition(topic_name, 1)]
+        metadata = consumer.group_metadata()
+        assert metadata.group_instance_id == instance and metadata.member_id
 
 
 def test_one_member_joins_commits_and_reads_its_commit_back(

@@ -6,7 +6,12 @@ join takes ~23 s.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -129,6 +134,46 @@ def test_an_abortable_commit_is_redone(noida_broker: RunningBroker, unique_name:
             stats = copier.run(max_records=200, timeout=30)
     assert stats.transactions_aborted == 1, caplog.text
     assert stats.records_in == 200
+    report = check(noida_broker.bootstrap_servers, source, sink)
+    assert report.ok, str(report)
+
+
+def test_killed_mid_run_then_restarted(noida_broker: RunningBroker, unique_name: Names) -> None:
+    # SIGKILL an `eosclient copy` mid-run, start a processor with the same transactional.id: it
+    # fences the zombie, the coordinator aborts what it left open, and (static membership: the
+    # group.instance.id defaults to the transactional.id) it takes the dead member's place and
+    # partitions at once. noida-db never drops a killed member, so a dynamic one would wait
+    # forever. The session (30 s) is far longer than the run may take: no waiting for it.
+    source, sink = fill(noida_broker, unique_name, 3000)
+    group, txn = unique_name("g"), unique_name("t")
+    session = {"session.timeout.ms": 30000, "heartbeat.interval.ms": 1000}
+    command = [sys.executable, "-m", "eosclient.cli", "copy", "--input", source, "--output", sink,
+               "--group", group, "--transactional-id", txn, "--bootstrap-servers",
+               noida_broker.bootstrap_servers, "--max-records-per-transaction", "20",
+               "--progress-interval", "0.2", *itertools.chain.from_iterable(
+                   ("--consumer-property", f"{k}={v}") for k, v in session.items())]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert child.stdout is not None
+        progress = ""
+        for line in child.stdout:
+            if line.startswith("records in") and not line.startswith("records in 0,"):
+                progress = line
+                break
+        child.send_signal(signal.SIGKILL)
+        assert progress, "the copy never reported progress"
+    finally:
+        child.kill()
+        child.wait(10)
+    again = ExactlyOnceProcessor(bootstrap_servers=noida_broker.bootstrap_servers,
+                                 input_topics=[source], output_topic=sink, group_id=group,
+                                 transactional_id=txn,
+                                 consumer_config={"fetch.max.wait.ms": 100, **session})
+    started = time.monotonic()
+    stats = again.run(idle_timeout=2, timeout=40)
+    assert time.monotonic() - started < 20, "the restarted processor waited for the session"
+    assert 0 < stats.records_in < 3000
     report = check(noida_broker.bootstrap_servers, source, sink)
     assert report.ok, str(report)
 

@@ -152,3 +152,12 @@ def test_group_metadata_outside_the_group_carries_no_generation(
         consumer: ReadCommittedConsumer) -> None:
     metadata = consumer.group_metadata()
     assert (metadata.group_id, metadata.generation_id, metadata.member_id) == ("g", -1, "")
+
+
+def test_group_instance_id_by_key_and_keyword() -> None:
+    assert consumer_config({"group.instance.id": "i-1"}) == consumer_config(
+        group_instance_id="i-1")
+    assert consumer_config().group_instance_id is None
+    with pytest.raises(ConfigError) as info:
+        consumer_config({"group.instance.id": ""})
+    assert info.value.key == "group.instance.id"

@@ -8,6 +8,7 @@ again, retry later, or fail. States are reached only through public inputs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -66,15 +67,15 @@ def one(sends: list[Send], kind: str) -> Send:
     return send
 
 
-def joining(now: float = 0.0) -> tuple[Membership, Send]:
-    m = Membership(SETTINGS)
+def joining(now: float = 0.0, settings: Settings = SETTINGS) -> tuple[Membership, Send]:
+    m = Membership(settings)
     m.subscribe(["t"], now)
     found(m, now)
     return m, one(m.poll(now, counts), "join")
 
 
-def stable(now: float = 0.0) -> tuple[Membership, float]:
-    m, join = joining(now)
+def stable(now: float = 0.0, settings: Settings = SETTINGS) -> tuple[Membership, float]:
+    m, join = joining(now, settings)
     m.on_response(join, joined(), now)
     sync = one(m.poll(now, counts), "sync")
     m.on_response(sync, synced([TP("t", 0), TP("t", 1)]), now)
@@ -295,3 +296,50 @@ def test_every_application_call_follows_the_table(state: State, call: Input) -> 
     else:
         CALLS[call](m)
         assert m.state is target
+
+
+# -- static membership (KIP-345) -------------------------------------------------------------------
+
+STATIC = dataclasses.replace(SETTINGS, group_instance_id="i-1")
+
+
+def test_a_static_member_sends_its_instance_id_in_join_sync_and_heartbeat() -> None:
+    m, join = joining(settings=STATIC)
+    assert join.request.group_instance_id == "i-1"
+    m.on_response(join, joined(), 0.0)
+    sync = one(m.poll(0.0, counts), "sync")
+    assert sync.request.group_instance_id == "i-1"
+    m.on_response(sync, synced([TP("t", 0)]), 0.0)
+    m.take_assignment(0.0)
+    assert one(m.poll(1.0, counts), "heartbeat").request.group_instance_id == "i-1"
+
+
+def test_a_dynamic_member_sends_none() -> None:
+    _, join = joining()
+    assert join.request.group_instance_id is None
+
+
+def test_a_static_member_does_not_leave_when_it_closes() -> None:
+    m, _ = stable(settings=STATIC)
+    m.leave(0.5)  # Java: a static member keeps its place for session.timeout.ms
+    assert m.poll(0.5, counts) == [] and not m.pending and m.state is State.UNJOINED
+
+
+def test_a_static_member_does_not_leave_when_the_poll_interval_runs_out() -> None:
+    m, _ = stable(settings=STATIC)
+    for t in range(1, 60):
+        m.on_response(one(m.poll(float(t), counts), "heartbeat"), beat(), float(t))
+    assert [s.kind for s in m.poll(60.0, counts)] == []
+    assert m.state is State.REVOKING and (m.member_id, m.generation) == ("", -1)
+
+
+@pytest.mark.parametrize("kind", ["join", "sync"])
+def test_a_replaced_static_member_is_fenced(kind: str) -> None:
+    # 82 FENCED_INSTANCE_ID: another member joined with this group.instance.id
+    m, join = joining(settings=STATIC)
+    if kind == "join":
+        m.on_response(join, joined(code=82), 0.0)
+    else:
+        m.on_response(join, joined(), 0.0)
+        m.on_response(one(m.poll(0.0, counts), "sync"), synced([], code=82), 0.0)
+    assert m.state is State.FAILED and isinstance(m.error, FencedError) and m.error.code == 82

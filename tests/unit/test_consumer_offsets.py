@@ -20,6 +20,7 @@ from eosclient.errors import (
     AbortableError,
     ApiKey,
     FatalError,
+    FencedError,
     KafkaConnectionError,
     RetriableError,
 )
@@ -173,3 +174,12 @@ def test_a_partition_without_a_leader_waits() -> None:
     query = OffsetQuery([A], want_end=False, isolation=1, backoff=BACKOFF)
     assert query.steps(0.0, lambda tp: None) == [] and not query.done
     assert wire.EARLIEST == -2
+
+
+def test_a_static_members_commit_carries_its_instance_id_and_may_be_fenced() -> None:
+    job = OffsetJob("g", BACKOFF, offsets={A: 5}, generation=3, member_id="m",
+                    group_instance_id="i-1")
+    assert job.request().group_instance_id == "i-1"
+    assert OffsetJob("g", BACKOFF, offsets={A: 5}).request().group_instance_id is None
+    assert not job.on_response(commit_answer({A: 82}), 1.0)  # FENCED_INSTANCE_ID
+    assert job.done and isinstance(job.error, FencedError) and job.error.code == 82

@@ -129,3 +129,40 @@ def test_coordinator_answers_are_read_in_both_shapes() -> None:
                                                        error_code=15, error_message="loading")])
     assert wire.read_coordinator(old) == (0, wire.Node(2, "h", 9), None)
     assert wire.read_coordinator(new) == (15, None, "loading")
+
+
+# KIP-345: the version each request first carries ``group_instance_id`` in.
+STATIC: dict[ApiKey, tuple[int, Any]] = {
+    ApiKey.JOIN_GROUP: (5, lambda: wire.join_group(
+        "g", "m", session_timeout_ms=45_000, rebalance_timeout_ms=300_000,
+        protocols=[("range", b"meta")], group_instance_id="i")),
+    ApiKey.SYNC_GROUP: (3, lambda: wire.sync_group("g", 3, "m", "range", {"m": b"x"},
+                                                   group_instance_id="i")),
+    ApiKey.HEARTBEAT: (3, lambda: wire.heartbeat("g", 3, "m", group_instance_id="i")),
+    ApiKey.OFFSET_COMMIT: (7, lambda: wire.offset_commit("g", 3, "m", {TP("t", 1): 7},
+                                                         group_instance_id="i")),
+    ApiKey.LEAVE_GROUP: (3, lambda: wire.leave_group("g", "m", group_instance_id="i")),
+}
+STATIC_VERSIONS = [(key, v) for key in STATIC
+                   for v in range(APIS[key].min_version, APIS[key].max_version + 1)]
+
+
+@pytest.mark.parametrize(("key", "version"), STATIC_VERSIONS, ids=str)
+def test_a_static_member_id_is_sent_from_its_version_on(key: ApiKey, version: int) -> None:
+    first, build = STATIC[key]
+    request = build()
+    decoded = type(request).decode(request.encode(version=version), version=version)
+    if key is ApiKey.LEAVE_GROUP and version >= first:
+        assert [(m.member_id, m.group_instance_id) for m in decoded.members] == [("m", "i")]
+    elif key is not ApiKey.LEAVE_GROUP:
+        assert getattr(decoded, "group_instance_id", None) == ("i" if version >= first else None)
+
+
+def test_a_dynamic_member_sends_no_instance_id() -> None:
+    for key, version in ((ApiKey.JOIN_GROUP, 9), (ApiKey.SYNC_GROUP, 5), (ApiKey.HEARTBEAT, 4),
+                         (ApiKey.OFFSET_COMMIT, 8)):
+        request = REQUESTS[key]()
+        assert type(request).decode(request.encode(version=version),
+                                    version=version).group_instance_id is None
+    leave = wire.leave_group("g", "m")
+    assert leave.decode(leave.encode(version=5), version=5).members[0].group_instance_id is None

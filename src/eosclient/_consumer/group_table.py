@@ -34,7 +34,7 @@ class Input(enum.Enum):
     CALL_SUBSCRIBE = "the application subscribed to a new set of topics"
     CALL_ASSIGNED = "the application installed the assignment"
     CALL_REVOKED = "the application gave up its partitions"
-    CALL_LEAVE = "the application closes (LeaveGroup)"
+    CALL_LEAVE = "the application closes (LeaveGroup, unless the member is static)"
     RECV_JOINED = "JoinGroup answered"
     RECV_SYNCED = "SyncGroup answered with the assignment"
     RECV_REJOIN = "the group moved on (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, ...)"
@@ -101,3 +101,4 @@ class Settings:
     heartbeat_interval: float
     retry_backoff: float
     retry_backoff_max: float
+    group_instance_id: str | None = None  # KIP-345: a static member never sends LeaveGroup

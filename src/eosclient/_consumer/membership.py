@@ -33,6 +33,14 @@ coordinator dropped it (new member id, new generation); one whose application ha
 ``poll()`` for ``max.poll.interval.ms`` leaves the group (KIP-62), and joins again at its next
 ``poll()``. The generation and member id are what KIP-447 fencing needs
 (``send_offsets_to_transaction(..., consumer.group_metadata())``).
+
+Static membership (KIP-345, ``group.instance.id``): every JoinGroup, SyncGroup and Heartbeat
+carries the instance id, and the coordinator keeps the member's place (and its partitions) for
+``session.timeout.ms`` across a restart: a new member with the same instance id takes over at
+once, and the one it replaced is answered 82 FENCED_INSTANCE_ID (a :class:`FencedError`:
+FAILED). So a static member never sends LeaveGroup, neither on close nor when the poll interval
+runs out, as Java's ``AbstractCoordinator.maybeLeaveGroup`` does not: leaving would hand its
+partitions to the others just before it comes back.
 """
 
 from __future__ import annotations
@@ -131,7 +139,8 @@ class Membership:
         return assignment
 
     def leave(self, now: float) -> None:
-        """Leave the group (LeaveGroup if a member id was given); idempotent."""
+        """Leave the group (LeaveGroup if a member id was given and the member is not static);
+        idempotent."""
         if self.state is not State.FAILED:
             self._transition(Input.CALL_LEAVE, now)
 
@@ -152,8 +161,9 @@ class Membership:
             self._send_sync(counts)
         if self._heartbeat_due(now):
             self._heartbeat_in_flight = True
-            self._outbox.append(Send(wire.heartbeat(self.settings.group_id, self.generation,
-                                                    self.member_id), "heartbeat", self.attempt))
+            self._outbox.append(Send(wire.heartbeat(
+                self.settings.group_id, self.generation, self.member_id,
+                group_instance_id=self.settings.group_instance_id), "heartbeat", self.attempt))
         out, self._outbox = self._outbox, []
         return out
 
@@ -291,7 +301,8 @@ class Membership:
             settings.group_id, self.member_id,
             session_timeout_ms=int(settings.session_timeout * 1000),
             rebalance_timeout_ms=int(settings.rebalance_timeout * 1000),
-            protocols=[(name, metadata) for name in settings.assignors])
+            protocols=[(name, metadata) for name in settings.assignors],
+            group_instance_id=settings.group_instance_id)
         self._waiting = True
         self._outbox.append(Send(request, "join", self.attempt,
                                  settings.rebalance_timeout + _JOIN_GRACE))
@@ -311,7 +322,8 @@ class Membership:
         self._waiting = True
         self._outbox.append(Send(wire.sync_group(
             self.settings.group_id, self.generation, self.member_id, self._protocol,
-            assignments), "sync", self.attempt))
+            assignments, group_instance_id=self.settings.group_instance_id), "sync",
+            self.attempt))
 
     def _assign(self, joined: Any, counts: Counts) -> dict[str, bytes] | None:
         subscriptions = {m.member_id: wire.read_subscription(m.metadata) for m in joined.members}
@@ -327,6 +339,12 @@ class Membership:
         result = assignor(self._assigned_from, subscriptions)
         return {member: wire.assignment_bytes(tps) for member, tps in result.items()}
 
+    def _send_leave(self) -> None:
+        """LeaveGroup, for a dynamic member only (a static one keeps its place: see above)."""
+        if self.settings.group_instance_id is None:
+            self._outbox.append(Send(wire.leave_group(self.settings.group_id, self.member_id),
+                                     "leave", self.attempt))
+
     def _heartbeat_due(self, now: float) -> bool:
         return (self.state in _HEARTBEATING and self.generation >= 0
                 and self.lookup.node is not None and not self._heartbeat_in_flight
@@ -336,8 +354,7 @@ class Membership:
         if self.generation < 0 or self.state not in (State.ASSIGNING, State.STABLE):
             return
         if now >= self._polled_at + self.settings.rebalance_timeout:
-            self._outbox.append(Send(wire.leave_group(self.settings.group_id, self.member_id),
-                                     "leave", self.attempt))
+            self._send_leave()
             self.member_id, self.generation = "", -1  # KIP-62: left; poll() joins again
             self._transition(Input.TIMER_EXPIRED, now)
         elif now >= self._heard_at + self.settings.session_timeout:
@@ -361,8 +378,7 @@ class Membership:
                                     f"allowed in {self.state.name}")
         previous, self.state = self.state, target
         if cause is Input.CALL_LEAVE and previous is not State.UNJOINED and self.member_id:
-            self._outbox.append(Send(wire.leave_group(self.settings.group_id, self.member_id),
-                                     "leave", self.attempt))
+            self._send_leave()
         fresh = (target is State.UNJOINED or previous is not State.JOINING
                  or cause is Input.CALL_SUBSCRIBE)
         if target in (State.JOINING, State.UNJOINED) and fresh:

@@ -45,6 +45,8 @@ class OffsetJob:
         partitions: Whose committed offsets to read (with ``require_stable``).
         generation: The generation a commit is made under (-1 outside the group).
         member_id: The member id a commit is made under ("" outside the group).
+        group_instance_id: A static member's ``group.instance.id`` (None outside the group:
+            with it, a commit without the member's id would be refused as fenced).
 
     Attributes:
         result: Per partition, the offset committed or read (None: nothing committed).
@@ -55,13 +57,15 @@ class OffsetJob:
     def __init__(self, group_id: str, backoff: Backoff, *,
                  offsets: Mapping[TopicPartition, int] | None = None,
                  partitions: Iterable[TopicPartition] | None = None,
-                 generation: int = -1, member_id: str = "") -> None:
+                 generation: int = -1, member_id: str = "",
+                 group_instance_id: str | None = None) -> None:
         self.group_id = group_id
         self.commit = offsets is not None
         self.offsets = dict(offsets or {})
         self.partitions = sorted(set(partitions or ()))
         self.generation = generation
         self.member_id = member_id
+        self.group_instance_id = group_instance_id
         self.result: dict[TopicPartition, int | None] | None = None
         self.error: EosError | None = None
         self.last_error: EosError | None = None
@@ -90,7 +94,8 @@ class OffsetJob:
         self.in_flight = True
         if self.commit:
             return wire.offset_commit(self.group_id, self.generation, self.member_id,
-                                      self.offsets)
+                                      self.offsets,
+                                      group_instance_id=self.group_instance_id)
         return wire.offset_fetch(self.group_id, self.partitions)
 
     def on_response(self, response: Any, now: float) -> bool:

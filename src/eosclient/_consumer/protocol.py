@@ -4,7 +4,9 @@ Private to the consumer. Requests are built without a version: the I/O layer neg
 broker and kafka-python encodes only the fields that version has, so fields of every version in
 ``eosclient._protocol.apis`` are set (FindCoordinator's ``key`` for v0-v3 and
 ``coordinator_keys`` for v4; OffsetFetch's top-level ``group_id``/``topics`` for v1-v7 and
-``groups`` for v8; LeaveGroup's ``member_id`` for v0-v2 and ``members`` for v3+). Readers
+``groups`` for v8; LeaveGroup's ``member_id`` for v0-v2 and ``members`` for v3+). A static
+member's ``group_instance_id`` (KIP-345) goes where the version has the field (JoinGroup v5+,
+SyncGroup and Heartbeat v3+, OffsetCommit v7+, LeaveGroup v3+) and is dropped below. Readers
 return plain values and error codes; classifying codes is :mod:`eosclient.errors`' job.
 
 The *consumer protocol* is what JoinGroup and SyncGroup carry as opaque bytes when
@@ -149,46 +151,54 @@ def read_coordinator(response: Any) -> tuple[int, Node | None, str | None]:
 
 
 def join_group(group_id: str, member_id: str, *, session_timeout_ms: int,
-               rebalance_timeout_ms: int, protocols: Iterable[tuple[str, bytes]]) -> Any:
-    """JoinGroup offering ``protocols`` (assignor name, subscription bytes), preferred first."""
+               rebalance_timeout_ms: int, protocols: Iterable[tuple[str, bytes]],
+               group_instance_id: str | None = None) -> Any:
+    """JoinGroup offering ``protocols`` (assignor name, subscription bytes), preferred first;
+    ``group_instance_id`` makes the member static (KIP-345, v5+)."""
     cls = APIS[ApiKey.JOIN_GROUP].request
     return cls(group_id=group_id, session_timeout_ms=session_timeout_ms,
                rebalance_timeout_ms=rebalance_timeout_ms, member_id=member_id,
-               group_instance_id=None, protocol_type=CONSUMER_PROTOCOL,
+               group_instance_id=group_instance_id, protocol_type=CONSUMER_PROTOCOL,
                protocols=[cls.JoinGroupRequestProtocol(name=name, metadata=metadata)
                           for name, metadata in protocols],
                reason=None)
 
 
 def sync_group(group_id: str, generation_id: int, member_id: str, protocol_name: str,
-               assignments: Mapping[str, bytes]) -> Any:
+               assignments: Mapping[str, bytes], *,
+               group_instance_id: str | None = None) -> Any:
     """SyncGroup; the leader sends every member's assignment, the others none."""
     cls = APIS[ApiKey.SYNC_GROUP].request
     return cls(group_id=group_id, generation_id=generation_id, member_id=member_id,
-               group_instance_id=None, protocol_type=CONSUMER_PROTOCOL,
+               group_instance_id=group_instance_id, protocol_type=CONSUMER_PROTOCOL,
                protocol_name=protocol_name,
                assignments=[cls.SyncGroupRequestAssignment(member_id=m, assignment=a)
                             for m, a in sorted(assignments.items())])
 
 
-def heartbeat(group_id: str, generation_id: int, member_id: str) -> Any:
+def heartbeat(group_id: str, generation_id: int, member_id: str, *,
+              group_instance_id: str | None = None) -> Any:
     """Heartbeat for this generation."""
     return APIS[ApiKey.HEARTBEAT].request(group_id=group_id, generation_id=generation_id,
-                                          member_id=member_id, group_instance_id=None)
+                                          member_id=member_id,
+                                          group_instance_id=group_instance_id)
 
 
-def leave_group(group_id: str, member_id: str) -> Any:
+def leave_group(group_id: str, member_id: str, *,
+                group_instance_id: str | None = None) -> Any:
     """LeaveGroup for this member (v0-v2 ``member_id``, v3+ ``members``)."""
     cls = APIS[ApiKey.LEAVE_GROUP].request
     return cls(group_id=group_id, member_id=member_id, members=[cls.MemberIdentity(
-        member_id=member_id, group_instance_id=None, reason="the consumer is closing")])
+        member_id=member_id, group_instance_id=group_instance_id,
+        reason="the consumer is closing")])
 
 
 # -- offsets --------------------------------------------------------------------------------------
 
 
 def offset_commit(group_id: str, generation_id: int, member_id: str,
-                  offsets: Mapping[TopicPartition, int]) -> Any:
+                  offsets: Mapping[TopicPartition, int], *,
+                  group_instance_id: str | None = None) -> Any:
     """OffsetCommit under this generation (-1 and "" for a consumer outside the group)."""
     cls = APIS[ApiKey.OFFSET_COMMIT].request
     topic_cls = cls.OffsetCommitRequestTopic
@@ -198,7 +208,8 @@ def offset_commit(group_id: str, generation_id: int, member_id: str,
                  committed_leader_epoch=-1, commit_timestamp=-1, committed_metadata="")
         for p in numbers]) for topic, numbers in by_topic(offsets).items()]
     return cls(group_id=group_id, generation_id_or_member_epoch=generation_id,
-               member_id=member_id, group_instance_id=None, retention_time_ms=-1, topics=topics)
+               member_id=member_id, group_instance_id=group_instance_id, retention_time_ms=-1,
+               topics=topics)
 
 
 def read_offset_commit(response: Any) -> dict[TopicPartition, int]:
