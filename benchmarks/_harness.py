@@ -21,7 +21,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
-from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.record import MemoryRecords
@@ -44,22 +43,6 @@ class RunTimeoutError(BenchmarkError):
 
 
 # --- topics -----------------------------------------------------------------------------------
-
-
-def create_topic(host: str, port: int, name: str, partitions: int) -> None:
-    """Create `name` with `partitions` partitions (replication factor 1).
-
-    Raises:
-        BenchmarkError: the broker refused.
-    """
-    topic = CreateTopicsRequest.CreatableTopic(
-        name=name, num_partitions=partitions, replication_factor=1, assignments=[], configs=[]
-    )
-    request = CreateTopicsRequest(topics=[topic], timeout_ms=10_000, validate_only=False)
-    with BlockingConnection(host, port, timeout=10) as conn:
-        [created] = conn.request(request).topics
-    if created.error_code != 0:
-        raise BenchmarkError(f"CreateTopics {name}: error {created.error_code}")
 
 
 # --- what landed ------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ import kafka
 import eosclient
 from eosclient import ReadCommittedConsumer, TopicPartition
 from eosclient.testing.brokers import RunningBroker, start_broker
+from eosclient.testing.topics import create_topic
 
 PARTITIONS: Final = 4
 VALUE_SIZE: Final = 100
@@ -74,7 +75,7 @@ def value(committed: bool, n: int) -> bytes:
 
 def write_topic(broker: RunningBroker, topic: str, transactions: int, records: int) -> int:
     """Half the transactions committed, half aborted; returns the committed record count."""
-    _harness.create_topic(broker.host, broker.port, topic, PARTITIONS)
+    create_topic(broker, topic, PARTITIONS)
     producer = ck.Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5,
                             "transactional.id": f"{topic}-writer"})
     producer.init_transactions(30)
@@ -231,7 +232,7 @@ def modes_round(topic: str, b: ck.Producer, c: ck.Producer, *, n: int, records: 
 def modes(broker: RunningBroker, args: argparse.Namespace, prove: bool) -> dict[str, Any]:
     """One row of the modes scenario: latencies (s) and peak held memory."""
     topic = f"modes-{uuid.uuid4().hex[:8]}"
-    _harness.create_topic(broker.host, broker.port, topic, 1)
+    create_topic(broker, topic, 1)
     make = lambda name: ck.Producer({"bootstrap.servers": broker.bootstrap_servers,  # noqa: E731
                                      "transactional.id": f"{topic}-{name}", "linger.ms": 0})
     b, c = make("b"), make("c")

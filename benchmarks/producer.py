@@ -61,6 +61,7 @@ import _producer_clients as clients
 import _report as report
 
 from eosclient.testing.brokers import RunningBroker, start_broker
+from eosclient.testing.topics import create_topic
 
 PARTITIONS: Final = 4
 VALUE_SIZE: Final = 100
@@ -151,7 +152,7 @@ def run_once(
     """
     topic = f"bench-{bench.run_id}-{scenario.key}-{variant.key}-{repeat}"
     broker = bench.broker
-    _harness.create_topic(broker.host, broker.port, topic, PARTITIONS)
+    create_topic(broker, topic, PARTITIONS)
     servers = bench.proxy_servers if scenario.via_proxy else broker.bootstrap_servers
     assert servers is not None
     settings = clients.Settings(bootstrap_servers=servers, linger_ms=bench.linger_ms)

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import pytest
-from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.consumer import FetchRequest
 from kafka.record.memory_records import MemoryRecords
 
@@ -26,6 +25,7 @@ from eosclient import (
 )
 from eosclient._net.blocking import BlockingConnection
 from eosclient.errors import ApiKey
+from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.mock import MockCluster
 from eosclient.testing.proxy import Delay, DropResponse, ErrorResponse, KafkaProxy, Rule
@@ -95,14 +95,8 @@ def decided(batches: list[Batch]) -> tuple[list[bytes], list[bytes]]:
     return committed, aborted
 
 
-def create_topic(broker: RunningBroker, name: str, partitions: int = 2) -> None:
-    request = CreateTopicsRequest(
-        topics=[CreateTopicsRequest.CreatableTopic(
-            name=name, num_partitions=partitions, replication_factor=1, assignments=[],
-            configs=[])],
-        timeout_ms=10_000, validate_only=False)
-    with BlockingConnection(broker.host, broker.port) as conn:
-        assert conn.request(request).topics[0].error_code == 0
+def create_topic(broker: RunningBroker, name: str, partitions: int = 2) -> str:
+    return topics.create_topic(broker, name, partitions)
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.consumer import OffsetFetchRequest
 
 from eosclient import (
@@ -34,6 +33,7 @@ from eosclient.errors import ApiKey
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.proxy import Delay, ErrorResponse, KafkaProxy, RewriteError, Rule
 from eosclient.testing.reader import read_raw_batches
+from eosclient.testing.topics import create_topic
 
 pytestmark = pytest.mark.proxy
 
@@ -154,14 +154,6 @@ def held_once(broker: RunningBroker, api_key: ApiKey) -> Iterator[tuple[KafkaPro
         relay.close()
 
 
-def create_topic(broker: RunningBroker, name: str, partitions: int = 1) -> None:
-    request = CreateTopicsRequest(
-        topics=[CreateTopicsRequest.CreatableTopic(
-            name=name, num_partitions=partitions, replication_factor=1, assignments=[],
-            configs=[])],
-        timeout_ms=10_000, validate_only=False)
-    with BlockingConnection(broker.host, broker.port) as conn:
-        assert conn.request(request).topics[0].error_code == 0
 
 
 def decided(broker: RunningBroker, topic: str) -> tuple[list[bytes], list[bytes]]:

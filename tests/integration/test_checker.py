@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import pytest
-from kafka.protocol.admin import CreateTopicsRequest
 
 from eosclient import TransactionalProducer
-from eosclient._net.blocking import BlockingConnection
 from eosclient.cli import main
+from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.checker import SOURCE_HEADER, check, source_id
 
@@ -19,15 +18,8 @@ PARTITIONS = 3
 RECORDS = 30
 
 
-def create_topic(broker: RunningBroker, name: str) -> str:
-    with BlockingConnection(broker.host, broker.port, timeout=10) as conn:
-        [created] = conn.request(CreateTopicsRequest(
-            topics=[CreateTopicsRequest.CreatableTopic(
-                name=name, num_partitions=PARTITIONS, replication_factor=1, assignments=[],
-                configs=[])],
-            timeout_ms=10_000, validate_only=False)).topics
-        assert created.error_code == 0, created
-    return name
+def create_topic(broker: RunningBroker, name: str, partitions: int = PARTITIONS) -> str:
+    return topics.create_topic(broker, name, partitions)
 
 
 def write(producer: TransactionalProducer, topic: str, ids: Sequence[str], *,

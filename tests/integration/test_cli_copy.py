@@ -9,25 +9,18 @@ import sys
 from collections.abc import Callable
 
 import pytest
-from kafka.protocol.admin import CreateTopicsRequest
 
 from eosclient import TransactionalProducer
-from eosclient._net.blocking import BlockingConnection
 from eosclient.cli import main
+from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.checker import check
 
 pytestmark = pytest.mark.broker
 
 
-def create_topic(broker: RunningBroker, name: str) -> str:
-    with BlockingConnection(broker.host, broker.port, timeout=10) as conn:
-        [created] = conn.request(CreateTopicsRequest(
-            topics=[CreateTopicsRequest.CreatableTopic(
-                name=name, num_partitions=3, replication_factor=1, assignments=[], configs=[])],
-            timeout_ms=10_000, validate_only=False)).topics
-        assert created.error_code == 0, created
-    return name
+def create_topic(broker: RunningBroker, name: str, partitions: int = 3) -> str:
+    return topics.create_topic(broker, name, partitions)
 
 
 def fill(broker: RunningBroker, unique_name: Callable[[str], str], count: int) -> tuple[str, str]:

@@ -18,7 +18,6 @@ from contextlib import contextmanager
 
 import confluent_kafka as ck
 import pytest
-from kafka.protocol.admin import CreateTopicsRequest
 
 from eosclient import (
     ConsumerRecord,
@@ -29,9 +28,9 @@ from eosclient import (
     RetriableError,
     TopicPartition,
 )
-from eosclient._net.blocking import BlockingConnection
 from eosclient._protocol.framing import FrameDecoder, frame
 from eosclient.errors import ApiKey
+from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.proxy import Cut, KafkaProxy, RewriteError, Rule
 
@@ -41,14 +40,8 @@ PARTITIONS = 3
 TIMEOUT = 20.0
 
 
-def create_topic(broker: RunningBroker, topic: str, partitions: int = PARTITIONS) -> None:
-    with BlockingConnection(broker.host, broker.port, timeout=10) as conn:
-        [created] = conn.request(CreateTopicsRequest(
-            topics=[CreateTopicsRequest.CreatableTopic(
-                name=topic, num_partitions=partitions, replication_factor=1, assignments=[],
-                configs=[])],
-            timeout_ms=10_000, validate_only=False)).topics
-        assert created.error_code == 0, created
+def create_topic(broker: RunningBroker, name: str, partitions: int = PARTITIONS) -> str:
+    return topics.create_topic(broker, name, partitions)
 
 
 @contextmanager

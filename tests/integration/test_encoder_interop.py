@@ -15,12 +15,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as ConfluentTP
-from kafka.protocol.admin import CreateTopicsRequest
 
 from eosclient import TopicPartition, TransactionalProducer
 from eosclient._core.records import available_compressions
-from eosclient._net.blocking import BlockingConnection
 from eosclient.testing.brokers import RunningBroker
+from eosclient.testing.topics import create_topic
 
 pytestmark = pytest.mark.broker
 
@@ -30,13 +29,6 @@ TS = 1_700_000_000_000
 Expected = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
 
 
-def create_topic(broker: RunningBroker, name: str) -> None:
-    request = CreateTopicsRequest(
-        topics=[CreateTopicsRequest.CreatableTopic(
-            name=name, num_partitions=1, replication_factor=1, assignments=[], configs=[])],
-        timeout_ms=10_000, validate_only=False)
-    with BlockingConnection(broker.host, broker.port) as conn:
-        assert conn.request(request).topics[0].error_code == 0
 
 
 def write(producer: TransactionalProducer, topic: str) -> list[Expected]:

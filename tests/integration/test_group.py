@@ -20,7 +20,6 @@ from collections.abc import Callable
 
 import confluent_kafka as ck
 import pytest
-from kafka.protocol.admin import CreateTopicsRequest
 
 from eosclient import (
     ConsumerRecord,
@@ -29,7 +28,7 @@ from eosclient import (
     TopicPartition,
     TransactionalProducer,
 )
-from eosclient._net.blocking import BlockingConnection
+from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 
 pytestmark = pytest.mark.broker
@@ -38,14 +37,8 @@ PARTITIONS = 4
 RECORDS = 3000
 
 
-def create_topic(broker: RunningBroker, topic: str, partitions: int = PARTITIONS) -> None:
-    with BlockingConnection(broker.host, broker.port, timeout=10) as conn:
-        [created] = conn.request(CreateTopicsRequest(
-            topics=[CreateTopicsRequest.CreatableTopic(
-                name=topic, num_partitions=partitions, replication_factor=1, assignments=[],
-                configs=[])],
-            timeout_ms=10_000, validate_only=False)).topics
-        assert created.error_code == 0, created
+def create_topic(broker: RunningBroker, name: str, partitions: int = PARTITIONS) -> str:
+    return topics.create_topic(broker, name, partitions)
 
 
 class Member:

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 
 import pytest
-from kafka.protocol.admin import CreateTopicsRequest
 
 from eosclient import (
     ConsumerRecord,
@@ -25,8 +24,8 @@ from eosclient import (
     OutputRecord,
     TransactionalProducer,
 )
-from eosclient._net.blocking import BlockingConnection
 from eosclient.errors import ApiKey
+from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.checker import check
 from eosclient.testing.proxy import KafkaProxy, RewriteError, Rule
@@ -37,15 +36,8 @@ PARTITIONS = 3
 Names = Callable[[str], str]
 
 
-def create_topic(broker: RunningBroker, name: str) -> str:
-    with BlockingConnection(broker.host, broker.port, timeout=10) as conn:
-        [created] = conn.request(CreateTopicsRequest(
-            topics=[CreateTopicsRequest.CreatableTopic(
-                name=name, num_partitions=PARTITIONS, replication_factor=1, assignments=[],
-                configs=[])],
-            timeout_ms=10_000, validate_only=False)).topics
-        assert created.error_code == 0, created
-    return name
+def create_topic(broker: RunningBroker, name: str, partitions: int = PARTITIONS) -> str:
+    return topics.create_topic(broker, name, partitions)
 
 
 def fill(broker: RunningBroker, unique_name: Names, count: int) -> tuple[str, str]:

@@ -23,7 +23,6 @@ from typing import Any, NamedTuple
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as ConfluentTP
-from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.consumer import FetchRequest, OffsetFetchRequest
 from kafka.record.memory_records import MemoryRecords
 
@@ -44,6 +43,7 @@ from eosclient import (
 )
 from eosclient._net.blocking import BlockingConnection
 from eosclient.errors import ApiKey
+from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.proxy import DropResponse, KafkaProxy, Rule
 
@@ -68,15 +68,7 @@ class Batch(NamedTuple):
 
 
 def create_topic(broker: RunningBroker, name: str, partitions: int = PARTITIONS) -> str:
-    request = CreateTopicsRequest(
-        topics=[CreateTopicsRequest.CreatableTopic(
-            name=name, num_partitions=partitions, replication_factor=1, assignments=[],
-            configs=[])],
-        timeout_ms=10_000, validate_only=False)
-    with BlockingConnection(broker.host, broker.port) as conn:
-        [created] = conn.request(request).topics
-    assert created.error_code == 0, created
-    return name
+    return topics.create_topic(broker, name, partitions)
 
 
 def read_log(host: str, port: int, topic: str, partition: int) -> list[Batch]:

@@ -11,10 +11,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from kafka.protocol.admin import CreateTopicsRequest
 
 from eosclient import RecordMetadata, TopicPartition, TransactionalProducer
-from eosclient._net.blocking import BlockingConnection
+from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.reader import read_partition
 
@@ -24,15 +23,8 @@ TIMEOUT = 15.0
 PARTITIONS = 4
 
 
-def create_topic(broker: RunningBroker, name: str) -> str:
-    request = CreateTopicsRequest(
-        topics=[CreateTopicsRequest.CreatableTopic(
-            name=name, num_partitions=PARTITIONS, replication_factor=1, assignments=[],
-            configs=[])],
-        timeout_ms=10_000, validate_only=False)
-    with BlockingConnection(broker.host, broker.port) as conn:
-        assert conn.request(request).topics[0].error_code == 0
-    return name
+def create_topic(broker: RunningBroker, name: str, partitions: int = PARTITIONS) -> str:
+    return topics.create_topic(broker, name, partitions)
 
 
 def written(broker: RunningBroker, topic: str) -> dict[tuple[int, int], bytes | None]:

@@ -11,11 +11,10 @@ from contextlib import contextmanager
 
 import confluent_kafka as ck
 import pytest
-from kafka.protocol.admin import CreateTopicsRequest
 
 from eosclient._core.decode import ControlType
-from eosclient._net.blocking import BlockingConnection
 from eosclient.errors import EosError
+from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.reader import read_partition, read_raw_batches
 
@@ -24,14 +23,8 @@ pytestmark = pytest.mark.broker
 PARTITIONS = 3
 
 
-def create_topic(broker: RunningBroker, topic: str, partitions: int = PARTITIONS) -> None:
-    with BlockingConnection(broker.host, broker.port, timeout=10) as conn:
-        [created] = conn.request(CreateTopicsRequest(
-            topics=[CreateTopicsRequest.CreatableTopic(
-                name=topic, num_partitions=partitions, replication_factor=1, assignments=[],
-                configs=[])],
-            timeout_ms=10_000, validate_only=False)).topics
-        assert created.error_code == 0, created
+def create_topic(broker: RunningBroker, name: str, partitions: int = PARTITIONS) -> str:
+    return topics.create_topic(broker, name, partitions)
 
 
 @contextmanager
