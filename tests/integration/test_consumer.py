@@ -18,6 +18,7 @@ from contextlib import contextmanager
 
 import confluent_kafka as ck
 import pytest
+from interop import ABORTED, COMMITTED, confluent_read, txn_producer, write_abort_then_commit
 
 from eosclient import (
     ConsumerRecord,
@@ -42,17 +43,6 @@ TIMEOUT = 20.0
 
 def create_topic(broker: RunningBroker, name: str, partitions: int = PARTITIONS) -> str:
     return topics.create_topic(broker, name, partitions)
-
-
-@contextmanager
-def txn_producer(broker: RunningBroker, txn_id: str, **extra: str) -> Iterator[ck.Producer]:
-    producer = ck.Producer({"bootstrap.servers": broker.bootstrap_servers,
-                            "transactional.id": txn_id, "linger.ms": 0, **extra})
-    producer.init_transactions(15)
-    try:
-        yield producer
-    finally:
-        producer.flush(5)
 
 
 @contextmanager
@@ -293,43 +283,6 @@ def test_an_unknown_topic_or_partition_is_an_error(broker: RunningBroker, topic_
 # --- against confluent-kafka's consumer -------------------------------------------------------
 
 
-def confluent_read(broker: RunningBroker, topic: str, start: int) -> list[bytes | None]:
-    """Everything confluent-kafka's read_committed consumer delivers from ``start``."""
-    theirs = ck.Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": topic,
-                          "isolation.level": "read_committed", "enable.auto.commit": False,
-                          "enable.partition.eof": True})
-    theirs.assign([ck.TopicPartition(topic, 0, start)])
-    got: list[bytes | None] = []
-    deadline = time.monotonic() + TIMEOUT
-    try:
-        while time.monotonic() < deadline:
-            message = theirs.poll(0.2)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None and error.code() == ck.KafkaError._PARTITION_EOF:
-                return got
-            assert error is None, error
-            got.append(message.value())
-        raise AssertionError(f"confluent-kafka did not reach the end of {topic}")
-    finally:
-        theirs.close()
-
-
-def write_abort_then_commit(broker: RunningBroker, topic: str, txn_id: str) -> None:
-    """Offsets 0-2 aborted, 3 its marker, 4-6 committed, 7 its marker."""
-    create_topic(broker, topic, 1)
-    with txn_producer(broker, txn_id, **{"linger.ms": "20"}) as p:
-        for commit, tag in ((False, b"aborted"), (True, b"committed")):
-            p.begin_transaction()
-            for i in range(3):
-                p.produce(topic, b"%s-%d" % (tag, i), partition=0)
-            assert p.flush(10) == 0
-            (p.commit_transaction if commit else p.abort_transaction)(15)
-
-
-COMMITTED = [b"committed-0", b"committed-1", b"committed-2"]
-ABORTED = [b"aborted-0", b"aborted-1", b"aborted-2"]
 
 
 def test_confluent_delivers_aborted_records_on_tansu_and_we_do_not(

@@ -5,12 +5,11 @@ on Tansu (which does not)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import confluent_kafka as ck
 import pytest
+from interop import ABORTED, COMMITTED, confluent_read, txn_producer, write_abort_then_commit
 
 from eosclient._core.decode import ControlType
 from eosclient.errors import EosError
@@ -25,17 +24,6 @@ PARTITIONS = 3
 
 def create_topic(broker: RunningBroker, name: str, partitions: int = PARTITIONS) -> str:
     return topics.create_topic(broker, name, partitions)
-
-
-@contextmanager
-def txn_producer(broker: RunningBroker, txn_id: str, **extra: str) -> Iterator[ck.Producer]:
-    producer = ck.Producer({"bootstrap.servers": broker.bootstrap_servers,
-                            "transactional.id": txn_id, "linger.ms": 0, **extra})
-    producer.init_transactions(15)
-    try:
-        yield producer
-    finally:
-        producer.flush(5)
 
 
 class Writer:
@@ -171,44 +159,6 @@ def test_unknown_topic_is_an_error(broker: RunningBroker, topic_name: str) -> No
 # --- against confluent-kafka's consumer -------------------------------------------------------
 
 
-def confluent_read(broker: RunningBroker, topic: str, start: int) -> list[bytes | None]:
-    """Everything confluent-kafka's read_committed consumer delivers from ``start`` (assign():
-    Tansu's group join takes ~23 s)."""
-    consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": topic,
-                            "isolation.level": "read_committed", "enable.auto.commit": False,
-                            "enable.partition.eof": True})
-    consumer.assign([ck.TopicPartition(topic, 0, start)])
-    got: list[bytes | None] = []
-    deadline = time.monotonic() + 20
-    try:
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None and error.code() == ck.KafkaError._PARTITION_EOF:
-                return got
-            assert error is None, error
-            got.append(message.value())
-        raise AssertionError(f"confluent-kafka did not reach the end of {topic}")
-    finally:
-        consumer.close()
-
-
-def write_abort_then_commit(broker: RunningBroker, topic: str, txn_id: str) -> None:
-    """Offsets 0-2 aborted, 3 its marker, 4-6 committed, 7 its marker."""
-    create_topic(broker, topic, 1)
-    with txn_producer(broker, txn_id, **{"linger.ms": "20"}) as p:
-        for commit, tag in ((False, b"aborted"), (True, b"committed")):
-            p.begin_transaction()
-            for i in range(3):
-                p.produce(topic, b"%s-%d" % (tag, i), partition=0)
-            assert p.flush(10) == 0
-            (p.commit_transaction if commit else p.abort_transaction)(15)
-
-
-COMMITTED = [b"committed-0", b"committed-1", b"committed-2"]
-ABORTED = [b"aborted-0", b"aborted-1", b"aborted-2"]
 
 
 def test_confluent_delivers_aborted_records_on_tansu_and_we_do_not(
