@@ -337,6 +337,23 @@ def test_bad_input_is_rejected_before_anything_is_queued(
     assert log_outcome(broker, topic)[0] == [b"good"]
 
 
+def test_a_partition_beyond_the_topic_fails_the_first_send_and_loses_nothing(
+        broker: RunningBroker, unique_name: Callable[[str], str],
+        make_producer: Callable[..., TransactionalProducer]) -> None:
+    """The first record of a topic with an explicit partition waits for the topic's metadata,
+    so a partition that does not exist is refused at send(), not queued to expire, and the
+    transaction goes on."""
+    topic = create_topic(broker, unique_name("t"))
+    producer = make_producer(broker.bootstrap_servers, unique_name("txn"))
+    producer.init_transactions(TIMEOUT)
+    producer.begin_transaction()
+    with pytest.raises(UnknownPartitionError, match=f"has {PARTITIONS} partitions"):
+        producer.send(topic, b"nowhere", partition=PARTITIONS)
+    producer.send(topic, b"kept", partition=0)
+    producer.commit_transaction(TIMEOUT)
+    assert log_outcome(broker, topic)[0] == [b"kept"]
+
+
 def test_idempotent_producer_has_no_transactions(
         broker: RunningBroker, unique_name: Callable[[str], str],
         make_producer: Callable[..., TransactionalProducer]) -> None:

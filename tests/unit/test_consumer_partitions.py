@@ -168,6 +168,23 @@ def test_offset_out_of_range_resets_per_policy() -> None:
         offsets(a)
 
 
+def test_out_of_range_on_a_prefetch_delivers_what_was_fetched_first() -> None:
+    """The Java rule: an OFFSET_OUT_OF_RANGE acts only once the position reached the offset
+    that failed; records fetched before it are delivered, never dropped by the reset."""
+    for policy in ("latest", "none"):
+        a = assignment(policy)
+        state = give(a, A, Data(raw(0, 5)))
+        state = give(a, A, Data(b"", error_code=1), now=10.0)  # the prefetch at offset 5 failed
+        assert state.phase is Phase.FETCHING and state.retry_at == 10.5
+        assert offsets(a, 3) == [0, 1, 2] and offsets(a) == [3, 4] and state.position == 5
+        state = give(a, A, Data(b"", error_code=1))  # fetched again at the position: act
+        if policy == "latest":
+            assert (state.phase, state.reset_to) == (Phase.RESET, "latest")
+        else:
+            with pytest.raises(OffsetOutOfRangeError, match="t-0 at offset 5"):
+                offsets(a)
+
+
 def test_a_retriable_fetch_error_backs_off_and_asks_for_metadata() -> None:
     a = assignment()
     state = give(a, A, Data(b"", error_code=6), now=10.0)  # NOT_LEADER_OR_FOLLOWER

@@ -5,7 +5,8 @@ assigned partition has a :class:`PartitionState` that moves through phases::
 
     COMMITTED --(OffsetFetch: an offset)------------------> FETCHING
     COMMITTED --(no committed offset)--> RESET --(lookup)--> FETCHING
-    FETCHING  --(OFFSET_OUT_OF_RANGE)--> RESET, or FAILED when auto.offset.reset is none
+    FETCHING  --(OFFSET_OUT_OF_RANGE, nothing undelivered)--> RESET, or FAILED when
+              auto.offset.reset is none (with records undelivered: fetched again later)
     any       --(seek)---------------------------------------> FETCHING
     FETCHING  --(corrupt batch, fatal Fetch error)-----------> FAILED (until a seek)
 
@@ -277,7 +278,11 @@ class Assignment:
     def _fetch_error(self, state: PartitionState, code: int, now: float, backoff: float) -> None:
         error = error_for(ApiKey.FETCH, code)
         where = f"{state.tp.topic}-{state.tp.partition} at offset {state.filter.fetch_offset}"
-        if isinstance(error, OffsetOutOfRangeError):
+        if isinstance(error, OffsetOutOfRangeError) and not state.drained:
+            # A prefetch past undelivered records failed: deliver them first, then ask again
+            # from the position (Java acts only when the failed offset is the position).
+            state.retry_at = now + backoff
+        elif isinstance(error, OffsetOutOfRangeError):
             if self.reset_policy == "none":
                 state.fail(OffsetOutOfRangeError(f"{where}: {error}; auto.offset.reset is none",
                                                  code=code, code_name=error.code_name,

@@ -2,9 +2,10 @@
 
 Private to :mod:`eosclient.producer`. The producer's state is checked first, so a call that
 would be refused anyway never waits for metadata. A keyed or keyless record without a partition
-needs the topic's partition count; the first record of a topic waits for it (at most
-``max.block.ms``, releasing the lock meanwhile). A record with an explicit partition does not
-wait: its partition is checked against the metadata once that is known.
+needs the topic's partition count, and a record with an explicit partition is checked against
+it (a partition the topic does not have fails at ``send()``, before anything is queued, as in
+Java); so the first record of a topic waits for its metadata (at most ``max.block.ms``,
+releasing the lock meanwhile).
 """
 
 from __future__ import annotations
@@ -115,11 +116,7 @@ class Router:
     def _target(self, topic: str, partition: int | None, key: bytes | None) -> TopicPartition:
         self.check_state(topic)
         count = self._metadata.partition_count(topic)
-        if count is None:
-            if partition is not None:  # no need to wait: the leader is looked up before sending
-                self._metadata.want((topic,))
-                self._sender.wake()
-                return TopicPartition(topic, partition)
+        if count is None:  # even for an explicit partition: it is checked before queueing
             count = self._await_metadata(topic)
             self.check_state(topic)
         tps = self._remember(topic, count)
