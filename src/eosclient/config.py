@@ -260,6 +260,9 @@ class ProducerConfig(ClientConfig):
     max_in_flight_requests_per_connection: int = field(default=5, metadata=setting(
         "max.in.flight.requests.per.connection", integer(1, _MAX_IN_FLIGHT),
         "Produce requests in flight per broker (and batches per partition), at most 5"))
+    buffer_memory: int = field(default=33_554_432, metadata=setting(
+        "buffer.memory", integer(1),
+        "bytes of batches not yet acknowledged; send() waits up to max.block.ms beyond it"))
     max_block_ms: int = field(default=60_000, metadata=setting(
         "max.block.ms", integer(0),
         "default timeout of blocking calls and of waiting for a topic's metadata in send()"))

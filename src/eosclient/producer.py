@@ -112,6 +112,7 @@ class TransactionalProducer:
         self._lock, self._changed = sender.lock, sender.changed
         self._core, self._acc, self._metadata = sender.core, sender.acc, sender.metadata
         self._router = Router(sender)
+        self._budget = sender.acc.budget  # buffer.memory: send() reads budget.full
         # send()'s inlined check: bytes key and value within this many bytes together need no
         # other (-1 with a serializer: every record goes through the checker).
         self._raw_limit = self._checker.fast_limit if self._checker.raw else -1
@@ -273,7 +274,8 @@ class TransactionalProducer:
                 ``begin_transaction(partitions=...)``.
             IllegalStateError: no transaction is open, or the producer is closed.
             AbortableError: the transaction failed (FencedError/FatalError likewise).
-            KafkaTimeoutError: the topic's metadata did not arrive within ``max.block.ms``.
+            KafkaTimeoutError: the topic's metadata did not arrive, or ``buffer.memory``
+                stayed full, within ``max.block.ms``.
             Nothing was queued when any of these is raised.
         """
         # The hot path (~2 us a record, most of it Python calls): the common case (bytes, no
@@ -292,6 +294,8 @@ class TransactionalProducer:
         with self._lock:
             if self._closed or self._sender.crashed is not None:
                 self._check_open()
+            if self._budget.full:
+                self._router.await_buffer(topic)
             tp = self._router.target(topic, partition, key)
             now = _monotonic()
             outcome, delta = self._acc.append_record(
@@ -330,6 +334,8 @@ class TransactionalProducer:
         stamp = _now_ms()
         with self._lock:
             self._check_open()
+            if self._budget.full:  # (this call's records may then go past buffer.memory)
+                self._router.await_buffer(name)
             groups = self._router.group(name, number, ks, vals)
             generation = 0
             for tp, _, _ in groups:  # every partition checked before any record is queued

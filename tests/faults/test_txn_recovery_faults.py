@@ -360,6 +360,6 @@ def test_a_slow_resolver_does_not_block_send(
     producer = make_producer(f"slow.invalid:{broker.port}", None, **{"max.block.ms": 500})
     assert resolving.wait(TIMEOUT)  # the I/O thread is inside getaddrinfo now
     started = time.monotonic()
-    with pytest.raises(KafkaTimeoutError, match="max.block.ms"):  # no metadata yet: it waits
+    with pytest.raises(KafkaTimeoutError, match=r"max\.block\.ms"):  # no metadata yet: it waits
         producer.send("out", b"v", partition=0)
     assert time.monotonic() - started < 1.0  # max.block.ms, not the resolver's whole second

@@ -45,7 +45,7 @@ from eosclient._net.blocking import BlockingConnection
 from eosclient.errors import ApiKey
 from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
-from eosclient.testing.proxy import DropResponse, KafkaProxy, Rule
+from eosclient.testing.proxy import Delay, DropResponse, KafkaProxy, Rule
 
 pytestmark = pytest.mark.broker
 
@@ -352,6 +352,30 @@ def test_a_partition_beyond_the_topic_fails_the_first_send_and_loses_nothing(
     producer.send(topic, b"kept", partition=0)
     producer.commit_transaction(TIMEOUT)
     assert log_outcome(broker, topic)[0] == [b"kept"]
+
+
+def test_send_waits_while_buffer_memory_is_held_and_times_out_queueing_nothing(
+        broker: RunningBroker, unique_name: Callable[[str], str],
+        make_producer: Callable[..., TransactionalProducer]) -> None:
+    """buffer.memory = one batch: the second send() waits for the first batch's answer; with
+    that answer held past max.block.ms it raises, and its record is not queued."""
+    topic = create_topic(broker, unique_name("t"))
+    with KafkaProxy(broker.host, broker.port) as proxy:
+        producer = make_producer(proxy.bootstrap_servers, unique_name("txn"),
+                                 **{"batch.size": 1000, "buffer.memory": 1000, "linger.ms": 0,
+                                    "max.block.ms": 1000})
+        producer.init_transactions(TIMEOUT)
+        producer.begin_transaction()
+        proxy.add_rule(Rule(action=Delay(2.5, "response"), api_key=ApiKey.PRODUCE))
+        first = producer.send(topic, b"first", partition=0)
+        with pytest.raises(KafkaTimeoutError, match=r"buffer\.memory"):
+            producer.send(topic, b"refused", partition=0)
+        first.result(TIMEOUT)
+        proxy.add_rule(Rule(action=Delay(0.3, "response"), api_key=ApiKey.PRODUCE))
+        producer.send(topic, b"second", partition=0)
+        producer.send(topic, b"third", partition=0).result(TIMEOUT)  # waited for "second"
+        producer.commit_transaction(TIMEOUT)
+    assert log_outcome(broker, topic)[0] == [b"first", b"second", b"third"]
 
 
 def test_idempotent_producer_has_no_transactions(

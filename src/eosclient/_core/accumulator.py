@@ -43,6 +43,7 @@ from typing import Any, NamedTuple, Protocol
 
 from eosclient._core.batches import (
     AccumulatorSettings,
+    BufferBudget,
     PartitionQueues,
     ProducerBatch,
     ReadyBatch,
@@ -140,10 +141,12 @@ class RecordAccumulator:
         self._sticky = sticky if sticky is not None else StickyPartitions()
         self._keyless_sticky = settings.partitioner is default_partitioner
         self._settled: list[BatchOutcome] = []
+        #: ``buffer.memory``: read ``budget.full`` before appending (the producer waits).
+        self.budget = BufferBudget(settings.buffer_memory)
         self._queues = PartitionQueues(
             settings, compression_for(settings.compression_type),
             on_filled=lambda tp: self._sticky.batch_filled(tp.topic, tp.partition),
-            sink=self._settled,
+            sink=self._settled, budget=self.budget,
         )
         # The send() hot path is a single call, to the queues' own append: see the class doc.
         self.append_record = self._queues.append

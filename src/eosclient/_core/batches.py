@@ -26,7 +26,7 @@ from eosclient._core.sequences import SendTicket
 from eosclient._core.types import TopicPartition
 from eosclient.errors import ConfigError
 
-__all__ = ["AccumulatorSettings", "PartitionQueues", "ProducerBatch", "ReadyBatch"]
+__all__ = ["AccumulatorSettings", "BufferBudget", "PartitionQueues", "ProducerBatch", "ReadyBatch"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AccumulatorSettings:
@@ -40,6 +40,8 @@ class AccumulatorSettings:
             byte budget of one drain.
         compression_type: ``compression.type``: none, gzip, snappy, lz4 or zstd.
         delivery_timeout_ms: ``delivery.timeout.ms``: from append to giving up.
+        buffer_memory: ``buffer.memory``: bytes of batches not yet settled before
+            :attr:`BufferBudget.full` says to wait.
         max_in_flight: ``max.in.flight.requests.per.connection``: batches in flight per
             partition, at most 5.
         transactional: Whether batches carry the transactional flag (False: idempotent only).
@@ -53,6 +55,7 @@ class AccumulatorSettings:
     max_request_size: int = 1_048_576
     compression_type: str = "none"
     delivery_timeout_ms: float = 120_000.0
+    buffer_memory: int = 33_554_432
     max_in_flight: int = 5
     transactional: bool = True
     key_serializer: Serializer | None = None
@@ -61,7 +64,8 @@ class AccumulatorSettings:
 
     def __post_init__(self) -> None:
         for key, value in (("batch.size", self.batch_size),
-                           ("max.request.size", self.max_request_size)):
+                           ("max.request.size", self.max_request_size),
+                           ("buffer.memory", self.buffer_memory)):
             if value < 1:
                 raise ConfigError(f"must be at least 1, got {value}", key=key)
         for key, number in (("linger.ms", self.linger_ms),
@@ -69,6 +73,32 @@ class AccumulatorSettings:
             if number < 0:
                 raise ConfigError(f"must not be negative, got {number}", key=key)
         compression_for(self.compression_type)  # raises ConfigError naming the package
+
+
+class BufferBudget:
+    """``buffer.memory``: the bytes held by batches from their opening until they settle.
+
+    A batch counts its writer's capacity (``batch.size``), or the size of its one record when
+    that is larger, as Java's BufferPool allocates them; it gives them back when it succeeds
+    or fails. ``full`` is kept up to date so that ``send()`` reads one attribute.
+    """
+
+    __slots__ = ("full", "limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.full = False
+
+    def reserve(self, size: int) -> None:
+        """Count ``size`` more bytes."""
+        self.used += size
+        self.full = self.used >= self.limit
+
+    def release(self, size: int) -> None:
+        """Give ``size`` bytes back."""
+        self.used -= size
+        self.full = self.used >= self.limit
 
 
 @dataclass(eq=False, slots=True)
@@ -83,6 +113,8 @@ class ProducerBatch:
     codec: int
     outcome: BatchOutcome  # shared with its send() records
     sink: list[BatchOutcome]  # where the outcome goes once settled (the accumulator's list)
+    budget: BufferBudget  # buffer.memory, shared by the accumulator's batches
+    reserved: int = 0  # bytes counted in the budget until the batch settles
     full: bool = False
     data: bytes = b""
     # send_batch() handles: (handle, its part number, offset delta of its first record here,
@@ -92,12 +124,28 @@ class ProducerBatch:
     @classmethod
     def open(
         cls, tp: TopicPartition, generation: int, now: float, *, settings: AccumulatorSettings,
-        codec: Compression, sink: list[BatchOutcome],
+        codec: Compression, sink: list[BatchOutcome], budget: BufferBudget,
     ) -> ProducerBatch:
-        """A new, empty batch of ``tp`` for ``generation``, created at ``now``."""
-        writer = BatchWriter(min(settings.batch_size, settings.max_request_size))
+        """A new, empty batch of ``tp`` for ``generation``, created at ``now``; its capacity
+        is counted in ``budget``."""
+        capacity = min(settings.batch_size, settings.max_request_size)
         deadline = now + settings.delivery_timeout_ms / 1000
-        return cls(tp, generation, now, deadline, writer, int(codec), BatchOutcome(tp), sink)
+        batch = cls(tp, generation, now, deadline, BatchWriter(capacity), int(codec),
+                    BatchOutcome(tp), sink, budget)
+        batch.reserve(capacity)
+        return batch
+
+    def reserve(self, size: int) -> None:
+        """Count ``size`` more bytes for this batch in the budget (a record beyond its
+        capacity)."""
+        self.reserved += size
+        self.budget.reserve(size)
+
+    def _settle(self) -> None:
+        self.sink.append(self.outcome)
+        if self.reserved:
+            self.budget.release(self.reserved)
+            self.reserved = 0
 
     @property
     def count(self) -> int:
@@ -120,14 +168,14 @@ class ProducerBatch:
     def succeed(self, base_offset: int, log_append_time_ms: int) -> None:
         """Settle the batch's records as written."""
         self.outcome.succeed(base_offset, log_append_time_ms)
-        self.sink.append(self.outcome)
+        self._settle()
         for handle, part, first, count in self.parts:
             handle._succeed_part(part, self.outcome.delivered(first, handle.timestamp_ms, count))
 
     def fail(self, error: BaseException) -> None:
         """Settle the batch's records as failed with ``error``."""
         self.outcome.fail(error)
-        self.sink.append(self.outcome)
+        self._settle()
         for handle, _, _, _ in self.parts:
             handle._fail(error)
 
@@ -166,6 +214,7 @@ class PartitionQueues:
         on_filled: Called with a partition whose batch just filled (moves the sticky
             partition, KIP-480).
         sink: Where every batch puts its outcome once settled.
+        budget: ``buffer.memory``; every batch counts its bytes there until it settles.
     """
 
     def __init__(
@@ -174,8 +223,10 @@ class PartitionQueues:
         codec: Compression,
         on_filled: Callable[[TopicPartition], None],
         sink: list[BatchOutcome],
+        budget: BufferBudget,
     ) -> None:
         self._settings = settings
+        self._budget = budget
         self._codec = codec
         self._on_filled = on_filled
         self._sink = sink
@@ -221,6 +272,8 @@ class PartitionQueues:
         else:
             batch = self._new(tp, generation, now)
         batch.writer.append(timestamp_ms, key, value, headers)  # a first record always fits
+        if batch.writer.size > batch.reserved:  # a record larger than batch.size
+            batch.reserve(batch.writer.size - batch.reserved)
         return batch.outcome, 0
 
     def kill(self, generation: int, error: BaseException) -> None:
@@ -307,7 +360,7 @@ class PartitionQueues:
 
     def _new(self, tp: TopicPartition, generation: int, now: float) -> ProducerBatch:
         batch = ProducerBatch.open(tp, generation, now, settings=self._settings,
-                                   codec=self._codec, sink=self._sink)
+                                   codec=self._codec, sink=self._sink, budget=self._budget)
         self._queues.setdefault(tp, deque()).append(batch)
         return batch
 

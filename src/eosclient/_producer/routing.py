@@ -190,6 +190,30 @@ class Router:
         return [(order[run % len(order)], None, values[run * per_batch:(run + 1) * per_batch])
                 for run in range(runs)]
 
+    def await_buffer(self, topic: str) -> None:
+        """Wait (the lock released, at most ``max.block.ms``) while the batches not yet
+        acknowledged hold ``buffer.memory``; the I/O thread frees it as answers come.
+
+        Raises:
+            KafkaTimeoutError: still full after ``max.block.ms``; nothing was queued.
+            IllegalStateError: called in a delivery callback, or the producer was closed.
+            EosError: the state refuses sends (see :meth:`check_state`).
+        """
+        budget = self._acc.budget
+        self._sender.refuse_to_wait("send")
+        deadline = time.monotonic() + self._max_block
+        self._sender.wake()
+        while budget.full:
+            self._sender.check_alive()
+            self.check_state(topic)  # close() or an abort from another thread ends the wait
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaTimeoutError(
+                    f"buffer.memory ({budget.limit} bytes) still held by batches not yet "
+                    f"acknowledged after max.block.ms ({self._max_block * 1000:g} ms); "
+                    "nothing was queued")
+            self._sender.changed.wait(remaining)
+
     def _await_metadata(self, topic: str) -> int:
         self._sender.refuse_to_wait("send")
         deadline = time.monotonic() + self._max_block

@@ -82,7 +82,7 @@ class Sender(IoThread):
         self.acc = RecordAccumulator(AccumulatorSettings(
             batch_size=config.batch_size, linger_ms=config.linger_ms,
             max_request_size=config.max_request_size, compression_type=config.compression_type,
-            delivery_timeout_ms=config.delivery_timeout_ms,
+            delivery_timeout_ms=config.delivery_timeout_ms, buffer_memory=config.buffer_memory,
             max_in_flight=config.max_in_flight_requests_per_connection,
             transactional=config.transactional, partitioner=config.partitioner,
         ))
