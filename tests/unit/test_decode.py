@@ -15,7 +15,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 from kafka.record.util import calc_crc32c
 
-from eosclient._core.decode import ControlType, Record, decode_batches
+from eosclient._core.decode import ConsumerRecord, ControlType, decode_batches
 from eosclient._core.types import TopicPartition
 from eosclient.errors import ApiKey, CorruptRecordError, FatalError
 
@@ -77,8 +77,9 @@ def kafka_python_records(data: bytes) -> list[list[tuple[object, ...]]]:
             for b in MemoryRecords(data)]
 
 
-def as_tuples(records: list[Record]) -> list[tuple[object, ...]]:
-    return [tuple(r) for r in records]
+def as_tuples(records: list[ConsumerRecord]) -> list[tuple[object, ...]]:
+    """In kafka-python's order and shapes: (offset, timestamp, key, value, headers list)."""
+    return [(r.offset, r.timestamp_ms, r.key, r.value, list(r.headers)) for r in records]
 
 
 # --- whole -------------------------------------------------------------------------------------
@@ -96,9 +97,10 @@ def test_batch_fields_records_and_markers() -> None:
     assert marker.is_control and marker.is_transactional
     assert (marker.control_type, marker.producer_id, marker.last_offset) == (
         ControlType.COMMIT, 7, 15)
-    assert plain.records() == [Record(10, T0, b"k", b"a", []), Record(11, T0 + 1, None, b"b", [])]
+    assert plain.records() == [ConsumerRecord("orders", 3, 10, b"k", b"a", (), T0),
+                               ConsumerRecord("orders", 3, 11, None, b"b", (), T0 + 1)]
     assert [r.value for r in txn.records()] == [b"c", None, b"e"]
-    assert txn.records()[0].headers == [("h", b"v"), ("n", None)]
+    assert txn.records()[0].headers == (("h", b"v"), ("n", None))
     assert sum(b.size_in_bytes for b in decoded.batches) == len(data)
 
 
@@ -308,5 +310,5 @@ def test_any_records_round_trip_like_kafka_python(
     got = b.records()
     assert [(r.offset, r.key, r.value, r.timestamp_ms) for r in got] == [
         (base + i, keys[i], values[i], stamps[i]) for i in range(len(records))]
-    assert [r.headers for r in got] == [list(r[2]) for r in records]
+    assert [r.headers for r in got] == [tuple(r[2]) for r in records]
     assert as_tuples(got) == kafka_python_records(data)[0]

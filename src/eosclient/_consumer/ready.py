@@ -27,9 +27,9 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
-from eosclient._core.decode import DecodedBatches, RecordBatch, decode_batches
+from eosclient._core.decode import ConsumerRecord, DecodedBatches, RecordBatch, decode_batches
 from eosclient._core.isolation import IndexTrust, Isolation, PartitionFilter
 from eosclient._core.types import TopicPartition
 from eosclient.errors import CorruptRecordError, EosError
@@ -37,28 +37,6 @@ from eosclient.errors import CorruptRecordError, EosError
 __all__ = ["ConsumerRecord", "ReadyQueue"]
 
 _PREFIX: Final = struct.Struct(">qi")  # a record batch's base offset and length
-
-
-class ConsumerRecord(NamedTuple):
-    """One committed record, as ``poll()`` delivers it.
-
-    Attributes:
-        topic: The topic.
-        partition: The partition.
-        offset: Its offset; commit ``offset + 1`` (or the consumer's ``position``) after it.
-        key: The key bytes, or None.
-        value: The value bytes, or None (a tombstone).
-        headers: ``(key, value)`` pairs, in the order written (a tuple).
-        timestamp_ms: CreateTime, or the broker's LogAppendTime if the topic uses that.
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-    timestamp_ms: int
 
 
 class _Answer:
@@ -196,15 +174,10 @@ class ReadyQueue:
             return True, None
         return False, None
 
-    def _release(self, records: list[Any]) -> None:
-        topic, partition = self.tp
-        new = tuple.__new__
-        # Headers as a tuple: a record of atomic fields only costs the GC less.
-        fresh = [new(ConsumerRecord, (topic, partition, r[0], r[2], r[3],
-                                      tuple(r[4]) if r[4] else (), r[1])) for r in records]
+    def _release(self, records: list[ConsumerRecord]) -> None:
         if self._pos < len(self._records):
-            fresh = self._records[self._pos:] + fresh
-        self._records, self._pos = fresh, 0
+            records = self._records[self._pos:] + records
+        self._records, self._pos = records, 0
 
 
 def _decode(data: bytes, tp: TopicPartition) -> tuple[DecodedBatches, EosError | None]:

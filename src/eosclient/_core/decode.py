@@ -36,7 +36,7 @@ from eosclient._core.records import Header
 from eosclient._core.types import TopicPartition
 from eosclient.errors import CorruptRecordError, FatalError
 
-__all__ = ["ControlType", "DecodedBatches", "Record", "RecordBatch", "decode_batches"]
+__all__ = ["ConsumerRecord", "ControlType", "DecodedBatches", "RecordBatch", "decode_batches"]
 
 # BaseOffset Length PartitionLeaderEpoch Magic CRC Attributes LastOffsetDelta FirstTimestamp
 # MaxTimestamp ProducerId ProducerEpoch BaseSequence RecordCount
@@ -62,22 +62,26 @@ class ControlType(enum.IntEnum):
     COMMIT = 1
 
 
-class Record(NamedTuple):
-    """One record as fetched.
+class ConsumerRecord(NamedTuple):
+    """One record, as the decoder makes it and ``poll()`` delivers it (no copy in between).
 
     Attributes:
-        offset: Its offset in the partition.
-        timestamp_ms: CreateTime, or the broker's LogAppendTime if the topic uses that.
+        topic: The topic.
+        partition: The partition.
+        offset: Its offset; commit ``offset + 1`` (or the consumer's ``position``) after it.
         key: The key bytes, or None.
         value: The value bytes, or None (a tombstone).
-        headers: ``(key, value)`` pairs, in the order written.
+        headers: ``(key, value)`` pairs, in the order written (a tuple).
+        timestamp_ms: CreateTime, or the broker's LogAppendTime if the topic uses that.
     """
 
+    topic: str
+    partition: int
     offset: int
-    timestamp_ms: int
     key: bytes | None
     value: bytes | None
-    headers: list[Header]
+    headers: tuple[Header, ...]
+    timestamp_ms: int
 
 
 class RecordBatch:
@@ -123,7 +127,7 @@ class RecordBatch:
         self._end = end
         self.control_type: ControlType | None = self._read_marker() if self.is_control else None
 
-    def records(self, min_offset: int = 0) -> list[Record]:
+    def records(self, min_offset: int = 0) -> list[ConsumerRecord]:
         """Decompress and decode the records, skipping those below ``min_offset``.
 
         A Fetch answers with the whole batch that holds the fetch offset, so the first batch of a
@@ -134,7 +138,7 @@ class RecordBatch:
         """
         buf, pos, end = self._payload()
         try:
-            records = _decode(buf, pos, end, self.record_count, self.base_offset,
+            records = _decode(buf, pos, end, self.record_count, self.tp, self.base_offset,
                               *self._timestamps)
         except (IndexError, ValueError) as exc:  # ran off the end, or bad UTF-8 in a header key
             raise self._corrupt(f"records do not parse: {exc}") from exc
@@ -289,18 +293,19 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def _decode(  # noqa: PLR0915, PLR0917 - the hot loop, inlined by hand
-    buf: bytes, pos: int, end: int, count: int, base_offset: int, timestamp: int,
-    log_append: bool,
-) -> list[Record]:
+    buf: bytes, pos: int, end: int, count: int, tp: TopicPartition, base_offset: int,
+    timestamp: int, log_append: bool,
+) -> list[ConsumerRecord]:
     """The records of an uncompressed payload. The hot path, hence long and repetitive.
 
     Every varint of a v2 record is zigzag-encoded (``(n >> 1) ^ -(n & 1)``); the one- and
     two-byte forms, read inline, cover the lengths and deltas of records up to 8 KiB in batches
     of up to 8192 records; longer ones go through :func:`_uvarint`.
     """
-    out: list[Record] = []
+    out: list[ConsumerRecord] = []
     append = out.append
     new = tuple.__new__
+    topic, partition = tp
     for _ in range(count):
         b = buf[pos]  # record length
         if b < 0x80:
@@ -353,14 +358,14 @@ def _decode(  # noqa: PLR0915, PLR0917 - the hot loop, inlined by hand
             value = buf[pos:pos + n]
             pos += n
         if buf[pos] == 0:  # no headers: the common case
-            headers: list[Header] = []
+            headers: tuple[Header, ...] = ()
             pos += 1
         else:
             headers, pos = _headers_at(buf, pos)
         if pos != record_end:
             raise ValueError(f"record at offset {offset}: its fields end {pos - record_end} "
                              "bytes away from where its length says")
-        append(new(Record, (offset, ts, key, value, headers)))
+        append(new(ConsumerRecord, (topic, partition, offset, key, value, headers, ts)))
     if pos != end:
         raise ValueError(f"{end - pos} bytes left after the batch's {count} records")
     return out
@@ -380,7 +385,7 @@ def _bytes_at(buf: bytes, pos: int) -> tuple[bytes | None, int]:
     return buf[pos:pos + n], pos + n
 
 
-def _headers_at(buf: bytes, pos: int) -> tuple[list[Header], int]:
+def _headers_at(buf: bytes, pos: int) -> tuple[tuple[Header, ...], int]:
     n, pos = _uvarint(buf, pos)
     count = (n >> 1) ^ -(n & 1)
     if count < 0:
@@ -392,4 +397,4 @@ def _headers_at(buf: bytes, pos: int) -> tuple[list[Header], int]:
             raise ValueError("a header key is null")
         value, pos = _bytes_at(buf, pos)
         headers.append((raw_key.decode("utf-8"), value))
-    return headers, pos
+    return tuple(headers), pos

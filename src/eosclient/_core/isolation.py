@@ -63,7 +63,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Final, Protocol
 
-from eosclient._core.decode import ControlType, Record, RecordBatch
+from eosclient._core.decode import ConsumerRecord, ControlType, RecordBatch
 from eosclient._core.types import TopicPartition
 
 __all__ = [
@@ -183,7 +183,8 @@ class PartitionFilter:
         self._index_of: object = None  # the aborted_transactions object _index was sorted from
 
     def feed(self, batches: Iterable[RecordBatch], *, last_stable_offset: int | None = None,
-             aborted_transactions: Iterable[AbortedTransaction] | None = None) -> list[Record]:
+             aborted_transactions: Iterable[AbortedTransaction] | None = None,
+             ) -> list[ConsumerRecord]:
         """Take in one Fetch response's batches for this partition; return what may be delivered.
 
         Args:
@@ -212,7 +213,7 @@ class PartitionFilter:
             self._index_pos = 0
             self._index_of = aborted_transactions
         use_index = known and self.trust.proven
-        out: list[Record] = []
+        out: list[ConsumerRecord] = []
         for batch in batches:
             if batch.last_offset < self._fetch_offset:
                 continue  # already taken in (a response overlapping the last one)
@@ -264,7 +265,8 @@ class PartitionFilter:
         self._released.add(pid)  # below the LSO and not listed: committed, on the index's word
         return _COMMITTED
 
-    def _on_data(self, batch: RecordBatch, outcome: int, start: int, out: list[Record]) -> None:
+    def _on_data(self, batch: RecordBatch, outcome: int, start: int,
+                 out: list[ConsumerRecord]) -> None:
         if outcome == _ABORTED:
             return  # dropping it changes no order: nothing to hold
         if not self._queue:
@@ -282,7 +284,7 @@ class PartitionFilter:
         if outcome == _UNKNOWN:
             self._open.setdefault(batch.producer_id, []).append(held)
 
-    def _on_marker(self, batch: RecordBatch, out: list[Record]) -> None:
+    def _on_marker(self, batch: RecordBatch, out: list[ConsumerRecord]) -> None:
         kind, pid = batch.control_type, batch.producer_id
         if kind is None or kind is ControlType.UNKNOWN:
             return
@@ -298,7 +300,7 @@ class PartitionFilter:
         self._last_marker[pid] = batch.base_offset
         self._resolve(pid, _ABORTED if kind is ControlType.ABORT else _COMMITTED, out)
 
-    def _resolve(self, pid: int, outcome: int, out: list[Record]) -> None:
+    def _resolve(self, pid: int, outcome: int, out: list[ConsumerRecord]) -> None:
         for held in self._open.pop(pid, ()):
             held.outcome = outcome
         queue = self._queue
@@ -309,7 +311,7 @@ class PartitionFilter:
             if held.outcome == _COMMITTED:
                 out += held.batch.records(held.min_offset)
 
-    def _scan(self, batch: RecordBatch, out: list[Record]) -> bool:
+    def _scan(self, batch: RecordBatch, out: list[ConsumerRecord]) -> bool:
         """One batch read while scanning; True once everything held is resolved and the filter
         has rewound to the first dropped batch."""
         kind = batch.control_type
@@ -326,8 +328,8 @@ class PartitionFilter:
 
     # -- read_uncommitted --------------------------------------------------------------------
 
-    def _feed_uncommitted(self, batches: Iterable[RecordBatch]) -> list[Record]:
-        out: list[Record] = []
+    def _feed_uncommitted(self, batches: Iterable[RecordBatch]) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
         for batch in batches:
             if batch.last_offset < self._fetch_offset:
                 continue

@@ -28,7 +28,7 @@ from typing import Any, Final, Literal
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import MetadataRequest
 
-from eosclient._core.decode import DecodedBatches, Record, RecordBatch, decode_batches
+from eosclient._core.decode import ConsumerRecord, DecodedBatches, RecordBatch, decode_batches
 from eosclient._core.isolation import Isolation, PartitionFilter
 from eosclient._core.types import TopicPartition
 from eosclient._net.blocking import BlockingConnection
@@ -46,7 +46,7 @@ _LARGEST_MAX_BYTES: Final = 256 * 1024 * 1024
 
 def read_partition(bootstrap_servers: Address, topic: str, partition: int, *,
                    isolation: IsolationName = "read_committed", start: int = 0,
-                   timeout: float = 10.0) -> list[Record]:
+                   timeout: float = 10.0) -> list[ConsumerRecord]:
     """Every record of a partition from ``start`` to its current end, as a consumer sees them.
 
     Args:
@@ -68,7 +68,7 @@ def read_partition(bootstrap_servers: Address, topic: str, partition: int, *,
     """
     level = _isolation(isolation)
     tp = TopicPartition(topic, partition)
-    records: list[Record] = []
+    records: list[ConsumerRecord] = []
     filt = PartitionFilter(tp, isolation=level, start=start)
     with _Fetcher(bootstrap_servers, tp, level, timeout) as fetcher:
         while True:
