@@ -4,7 +4,7 @@ Theory of operation. One loop on the caller's thread (``run()``), over one
 :class:`~eosclient.ReadCommittedConsumer` (``subscribe()``, a consumer group) and one
 :class:`~eosclient.TransactionalProducer`::
 
-    poll -> begin(every output partition + the group, KIP-609 pre-registration)
+    poll -> begin(the group, and every output partition if asked: KIP-609 pre-registration)
          -> transform -> send (each output with an ``eos.src`` header naming its input record)
          -> poll more while the transaction is neither full nor due -> ...
          -> send_offsets_to_transaction(positions after the records, group_metadata())  KIP-447
@@ -117,6 +117,13 @@ class ExactlyOnceProcessor:
             per poll.
         max_records_per_transaction: Commit when a transaction holds this many input records.
         commit_interval_ms: Commit a transaction at the latest this long after it began.
+        preregister_partitions: Register every output partition at ``begin_transaction``
+            (KIP-609 style), so that the AddPartitionsToTxn round trip overlaps the transform
+            instead of delaying the first Produce. Off by default: a transaction then leaves
+            most registered partitions empty, which Apache Kafka accepts (it writes a marker
+            there anyway) but noida-db 0.2.3 refuses with INVALID_TXN_STATE (fatal) once such
+            a partition holds aborted records of this transactional.id. The consumer group is
+            always pre-registered.
         producer_config: Producer settings by Kafka's dotted key.
         consumer_config: Consumer settings by Kafka's dotted key (``auto.offset.reset``
             defaults to ``earliest`` here, and ``group.instance.id`` to ``transactional_id``:
@@ -130,6 +137,7 @@ class ExactlyOnceProcessor:
                  output_topic: str, group_id: str, transactional_id: str,
                  fn: Transform | None = None, batch_fn: BatchTransform | None = None,
                  max_records_per_transaction: int = 500, commit_interval_ms: int = 100,
+                 preregister_partitions: bool = False,
                  producer_config: Mapping[str, object] | None = None,
                  consumer_config: Mapping[str, object] | None = None) -> None:
         if fn is not None and batch_fn is not None:
@@ -146,6 +154,7 @@ class ExactlyOnceProcessor:
         self._fn, self._batch_fn = fn, batch_fn
         self._max_records = max_records_per_transaction
         self._interval = commit_interval_ms / 1000
+        self._preregister = preregister_partitions
         self._producer_config = dict(producer_config or {})
         self._consumer_config = {"auto.offset.reset": "earliest",
                                  "group.instance.id": transactional_id, **(consumer_config or {})}
@@ -336,7 +345,7 @@ class ExactlyOnceProcessor:
                                          config=self._producer_config)
         self._producer = producer
         producer.init_transactions()  # fences an older instance, settles what it left open
-        self._declared = self._output_partitions()
+        self._declared = self._output_partitions() if self._preregister else None
         consumer = ReadCommittedConsumer(self.bootstrap_servers, group_id=self.group_id,
                                          config=self._consumer_config)
         self._consumer = consumer

@@ -24,7 +24,7 @@ from eosclient import (
     OutputRecord,
     TransactionalProducer,
 )
-from eosclient.errors import ApiKey
+from eosclient.errors import ApiKey, FatalError
 from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.checker import check
@@ -126,6 +126,28 @@ def test_an_abortable_commit_is_redone(noida_broker: RunningBroker, unique_name:
             stats = copier.run(max_records=200, timeout=30)
     assert stats.transactions_aborted == 1, caplog.text
     assert stats.records_in == 200
+    report = check(noida_broker.bootstrap_servers, source, sink)
+    assert report.ok, str(report)
+
+
+@pytest.mark.parametrize("preregister", [False, pytest.param(True, marks=pytest.mark.xfail(
+    reason="noida-db 0.2.3 refuses (INVALID_TXN_STATE) the EndTxn of a transaction that "
+    "registered a partition holding aborted records of its transactional.id and wrote nothing "
+    "there; Kafka writes the marker", raises=FatalError, strict=True))])
+def test_transactions_after_an_abort_that_leave_its_partition_empty_commit(
+        noida_broker: RunningBroker, unique_name: Names, preregister: bool) -> None:
+    """One input record per transaction, each output to partition (input offset % 3): after
+    the 2nd transaction is aborted (its records written), later ones leave its partition
+    empty. With every output partition registered at begin, noida-db turns that into FATAL."""
+    source, sink = fill(noida_broker, unique_name, 30)
+    with KafkaProxy(noida_broker.host, noida_broker.port) as proxy:
+        proxy.add_rule(Rule(api_key=ApiKey.TXN_OFFSET_COMMIT, nth=2,
+                            action=RewriteError(22)))  # ILLEGAL_GENERATION, after the broker acted
+        copier = processor(proxy.bootstrap_servers, source, sink, unique_name,
+                           max_records_per_transaction=1, preregister_partitions=preregister,
+                           fn=lambda r: [OutputRecord(r.value, partition=r.offset % PARTITIONS)])
+        stats = copier.run(max_records=30, timeout=30)
+    assert (stats.records_in, stats.transactions_aborted) == (30, 1)
     report = check(noida_broker.bootstrap_servers, source, sink)
     assert report.ok, str(report)
 
