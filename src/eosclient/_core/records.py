@@ -269,9 +269,10 @@ class RecordChecker:
         return ks, vals
 
     def _check_size(self, key: bytes | None, value: bytes | None, headers: list[Header]) -> None:
-        if not headers and (len(key) if key else 0) + (len(value) if value else 0) <= (
-            self._max_request_size - _SLACK
-        ):
+        size = (len(key) if key else 0) + (len(value) if value else 0)
+        for header_key, header_value in headers:  # at most 4 UTF-8 bytes a character, and
+            size += 4 * len(header_key) + (len(header_value) if header_value else 0) + 10
+        if size <= self._max_request_size - _SLACK:  # two 5-byte length varints per header
             return  # the common case, without the exact count
         size = record_size_bound(key, value, headers)
         if size > self._max_request_size:
