@@ -6,7 +6,7 @@ no ``atexit``, sockets closed by the kernel, a transaction left open at the brok
 The child logs at debug level (``copy --log-level debug``); a reader thread appends each line
 to a log file and counts what the processor says about its transactions (the messages of
 :mod:`eosclient.processor`): one ``committed N in, M out`` line per committed transaction, one
-``transaction failed, aborting`` line per abort, ``commit timed out`` when a commit is resumed.
+``transaction failed, aborting`` line per abort.
 A line is written before the processor begins its next transaction, so a child killed in a
 transaction has reported every transaction before it.
 """
@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
@@ -31,7 +31,6 @@ __all__ = ["CopierCounts", "CopierProcess"]
 
 _COMMITTED: Final = re.compile(r"eosclient\.processor: committed (\d+) in, (\d+) out")
 _ABORTED: Final = re.compile(r"eosclient\.processor: transaction failed, aborting")
-_RESUMED: Final = re.compile(r"eosclient\.processor: commit timed out")
 _STOP_WAIT: Final = 30.0
 
 
@@ -43,7 +42,6 @@ class CopierCounts:
     records_out: int = 0
     committed: int = 0
     aborted: int = 0
-    commits_resumed: int = 0
 
 
 class CopierProcess:
@@ -128,13 +126,9 @@ class CopierProcess:
         with self._lock:
             c = self._counts
             if found:
-                self._counts = CopierCounts(
-                    c.records_in + int(found[1]), c.records_out + int(found[2]),
-                    c.committed + 1, c.aborted, c.commits_resumed)
+                self._counts = replace(c, records_in=c.records_in + int(found[1]),
+                                       records_out=c.records_out + int(found[2]),
+                                       committed=c.committed + 1)
                 self.first_commit.set()
             elif _ABORTED.search(line):
-                self._counts = CopierCounts(c.records_in, c.records_out, c.committed,
-                                            c.aborted + 1, c.commits_resumed)
-            elif _RESUMED.search(line):
-                self._counts = CopierCounts(c.records_in, c.records_out, c.committed, c.aborted,
-                                            c.commits_resumed + 1)
+                self._counts = replace(c, aborted=c.aborted + 1)

@@ -75,7 +75,6 @@ def render(result: DemoResult) -> str:
     """The short report, a dozen lines."""
     committed = sum(p.committed for p in result.processors)
     aborted = sum(p.aborted for p in result.processors)
-    resumed = sum(p.commits_resumed for p in result.processors)
     fired = sum(f.fired for f in result.faults)
     lines = ["", f"eosclient demo report ({result.broker}, seed {result.seed})"]
 
@@ -84,26 +83,33 @@ def render(result: DemoResult) -> str:
 
     check = result.check
     if check is not None:
-        row("records in", f"{check.input_records:,} (read back from {check.input_topic})")
-        row("records out", f"{check.output_records:,} (read back from {check.output_topic})")
+        row("records in", f"{check.input_records:,} committed in {check.input_topic} "
+            f"(+{result.aborted_input} in aborted transactions)")
+        row("records out", f"{check.output_records:,} committed in {check.output_topic}")
     row("transactions", f"committed {committed:,}, aborted {aborted + result.killed_open:,} "
-        f"({aborted} by the processor, {result.killed_open} left open by the kill), "
-        f"commits resumed {resumed}")
-    row("faults injected", f"{fired} of {len(result.faults)} by the proxy, "
-        f"+ {len(result.processors) - 1} SIGKILL")
+        f"({aborted} by the processor on an error, {result.killed_open} left open by a kill)")
+    for number, counts in enumerate(result.processors, 1):
+        row(f"  processor {number}", f"{counts.committed:,} committed, {counts.aborted} aborted, "
+            f"{counts.records_in:,} records" + (" (killed)" if number < len(result.processors)
+                                                 else ""))
+    row("faults injected", f"{fired + result.killed_open} of "
+        f"{len(result.faults) + result.killed_open}")
     for fault in result.faults:
-        lines.append(f"  {'':<{_LABEL}}{'-' if fault.fired else 'NOT FIRED:'} {fault.label}")
+        lines.append(f"  {'':<{_LABEL}}{'-' if fault.fired else 'NOT INJECTED:'} {fault.label}")
+    for _ in range(result.killed_open):
+        lines.append(f"  {'':<{_LABEL}}- SIGKILL of the processor with a transaction open")
     if result.takeover is not None:
-        row("restart", f"the new processor took over and committed in {result.takeover:.1f} s")
+        row("restart", f"the restarted processor committed {result.takeover:.1f} s after it "
+            "started")
     if check is not None:
-        counts = ", ".join(f"{k.replace('_', '-')} {getattr(check.totals, k)}" for k in KINDS)
-        row("anomalies", f"{check.totals.total()} ({counts})")
+        totals = ", ".join(f"{k.replace('_', '-')} {getattr(check.totals, k)}" for k in KINDS)
+        row("anomalies", f"{check.totals.total()} ({totals})")
     row("wall time", f"{result.elapsed:.1f} s")
-    lines.append(f"  {'result':<{_LABEL}}{_verdict(result)}")
-    if not result.ok and check is not None and not check.ok:
+    row("result", _verdict(result))
+    if check is not None and not check.ok:
         lines += ["", str(check)]
     if not result.ok and result.work_dir:
-        lines.append(f"  logs kept in {result.work_dir}")
+        row("logs", result.work_dir)
     return "\n".join(lines)
 
 
@@ -115,5 +121,5 @@ def _verdict(result: DemoResult) -> str:
     if not result.check.ok:
         return "FAILED: the output is not an exactly-once copy of the input"
     if not all(f.fired for f in result.faults):
-        return "INCOMPLETE: a fault was never injected"
+        return "INCOMPLETE: a fault was not injected"
     return "exactly once"
