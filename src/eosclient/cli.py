@@ -248,9 +248,9 @@ def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "abortable error, cut connections, a SIGKILL and a restart), check the copy and print "
         "a report. Exit 0 if the copy is exactly once, 1 if not.",
     )
-    parser.add_argument("--records", type=_positive, default=50_000,
-                        help="input records (50,000)")
-    parser.add_argument("--partitions", type=_positive, default=4,
+    parser.add_argument("--records", type=_at_least(1000), default=50_000,
+                        help="input records, 1,000 or more (50,000)")
+    parser.add_argument("--partitions", type=_at_least(1), default=4,
                         help="partitions of each topic (4)")
     parser.add_argument("--broker", choices=BROKER_KINDS, default="noida",
                         help="noida (default) or tansu (its group join takes ~25 s)")
@@ -261,11 +261,14 @@ def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.set_defaults(handler=_run_demo)
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
+def _at_least(least: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least:,}, not {value:,}")
+        return value
+
+    return parse
 
 
 def _run_demo(args: argparse.Namespace) -> int:

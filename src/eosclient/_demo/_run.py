@@ -28,6 +28,7 @@ __all__ = ["DemoOptions", "run"]
 
 _BROKER_NAMES: Final = {"noida": "noida-db", "tansu": "Tansu"}
 _TICK: Final = 0.05  # seconds between two looks at the processors (the bar's refresh)
+_KILL_WAIT: Final = 30.0  # seconds for processor 1 to send its next Produce
 _OFFSETS_EVERY: Final = 0.25  # seconds between two reads of the group's committed offsets
 _INPUT, _OUTPUT, _GROUP, _TXN_ID = "demo-input", "demo-output", "demo-copier", "demo-copier-1"
 # Settings of the processor: a request lost by the proxy is given up after 1.5 s (not 30 s), a
@@ -80,12 +81,14 @@ def run(options: DemoOptions, screen: Screen) -> DemoResult:
             _Run(options, screen, result, work, stack).go(random.Random(seed))
     except (DemoFailedError, BrokerError, EosError, OSError) as exc:
         result.error = str(exc) or type(exc).__name__
-    finally:
-        result.elapsed = time.monotonic() - started
-        if result.ok:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            result.work_dir = str(work)
+    except BaseException:  # Ctrl-C: everything is stopped by now; leave nothing behind either
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    result.elapsed = time.monotonic() - started
+    if result.ok:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        result.work_dir = str(work)  # the logs, for whoever looks into the failure
     return result
 
 
@@ -178,7 +181,7 @@ class _Run:
 
     def kill(self, proxy: KafkaProxy, copier: CopierProcess) -> None:
         trigger = proxy.add_rule(kill_trigger())
-        if not proxy.wait_fired(trigger, self.left()):
+        if not proxy.wait_fired(trigger, max(0.0, min(self.left(), _KILL_WAIT))):
             raise DemoFailedError("processor 1 began no more transactions to kill it in")
         copier.kill()
         self.screen.end_bar()
@@ -205,6 +208,9 @@ class _Run:
         announced = {id(f) for f in faults if f.rule.fired}
         next_look = 0.0
         while not done():
+            if not until_copied and self.copied() >= self.result.records:
+                raise DemoFailedError("processor 1 copied everything before the faults were all "
+                                      "injected: give the demo more --records")
             for fault in faults:
                 if fault.rule.fired and id(fault) not in announced:
                     announced.add(id(fault))
