@@ -275,8 +275,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     from eosclient import _demo  # noqa: PLC0415 - the demo's modules load only for the demo
 
     options = _demo.DemoOptions(records=args.records, partitions=args.partitions,
-                                broker=args.broker, seed=args.seed, timeout=args.timeout,
-                                quiet=args.quiet)
+                                broker=args.broker, seed=args.seed, timeout=args.timeout)
     screen = _demo.Screen(sys.stdout, quiet=args.quiet)
     with _signals_raise():
         try:

@@ -55,7 +55,6 @@ class DemoOptions:
             1/250 of ``records`` (10 to 500), so that every run has the transactions the
             faults are placed in.
         timeout: Seconds the whole run may take.
-        quiet: Print the report only.
     """
 
     records: int = 50_000
@@ -64,7 +63,6 @@ class DemoOptions:
     seed: int | None = None
     per_transaction: int | None = None
     timeout: float = 300.0
-    quiet: bool = False
 
 
 def run(options: DemoOptions, screen: Screen) -> DemoResult:
@@ -136,6 +134,7 @@ class _Run:
     # -- phases ---------------------------------------------------------------------------------
 
     def start_broker(self) -> tuple[RunningBroker, KafkaProxy]:
+        """Phase 1: the broker, the proxy in front of it; both stopped with the stack."""
         kind = self.options.broker
         self.screen.say(f"[1/5] starting {self.result.broker} and a fault-injecting proxy")
         broker = self.stack.enter_context(start_broker(kind, log_dir=self.work))
@@ -146,6 +145,7 @@ class _Run:
         return broker, proxy
 
     def write(self, broker: RunningBroker) -> None:
+        """Phase 2: both topics, and the input (straight to the broker, no faults)."""
         n, partitions = self.options.records, self.options.partitions
         self.screen.say(f"[2/5] writing {n:,} input records to {partitions} partitions, "
                         "with aborted transactions between the committed ones")
@@ -164,6 +164,7 @@ class _Run:
             proxy.add_rule(fault.rule)
 
     def start_copier(self, proxy: KafkaProxy) -> CopierProcess:
+        """A new ``eosclient copy`` process through the proxy, the same ids every time."""
         number = len(self.copiers) + 1
         arguments = ["--input", _INPUT, "--output", _OUTPUT, "--group", _GROUP,
                      "--transactional-id", _TXN_ID, "--bootstrap-servers",
@@ -180,9 +181,10 @@ class _Run:
         return copier
 
     def kill(self, proxy: KafkaProxy, copier: CopierProcess) -> None:
+        """SIGKILL ``copier`` while the proxy holds its next Produce (a transaction open)."""
         trigger = proxy.add_rule(kill_trigger())
         if not proxy.wait_fired(trigger, max(0.0, min(self.left(), _KILL_WAIT))):
-            raise DemoFailedError("processor 1 began no more transactions to kill it in")
+            raise DemoFailedError("processor 1 sent no Produce request to be killed at")
         copier.kill()
         self.screen.end_bar()
         self.result.killed_open += 1
@@ -191,6 +193,7 @@ class _Run:
                         f"after {counts.committed} commits ({counts.records_in:,} records)")
 
     def restart(self, proxy: KafkaProxy) -> None:
+        """Phase 4: a new process with the same ids; return once it has committed."""
         started = time.monotonic()
         copier = self.start_copier(proxy)
         while not copier.first_commit.wait(_TICK):
@@ -227,6 +230,7 @@ class _Run:
         self.screen.progress(self.copied(), self.result.records, "copied, committed")
 
     def stop_copiers(self) -> None:
+        """SIGTERM the live processor (it commits what is open); any status but 0 fails."""
         for number, copier in enumerate(self.copiers, 1):
             status = copier.stop()
             if status not in (0, -9):
@@ -235,6 +239,7 @@ class _Run:
         self.sync_counts()
 
     def verify(self, broker: RunningBroker) -> None:
+        """Phase 5: the checker reads both topics from the broker itself, not the proxy."""
         self.screen.say("[5/5] checking: both topics read back with read_committed")
         self.result.check = check(broker.bootstrap_servers, _INPUT, _OUTPUT,
                                   aborted=self.aborted_ids, timeout=max(10.0, self.left()))
@@ -242,6 +247,7 @@ class _Run:
     # -- helpers --------------------------------------------------------------------------------
 
     def copied(self) -> int:
+        """Input records whose transactions committed, as the processors reported them."""
         return sum(c.records_in for c in self.sync_counts())
 
     def sync_counts(self) -> list[CopierCounts]:
