@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
+from eosclient import processor
 from eosclient._demo import DemoResult, Screen, exit_status, render
-from eosclient._demo._copier import CopierCounts
+from eosclient._demo._copier import CopierCounts, counted
 from eosclient._demo._report import FaultOutcome
 from eosclient.testing.checker import Seen, compare
 
@@ -79,3 +81,19 @@ def test_quiet_shows_nothing() -> None:
     screen.say("phase")
     screen.progress(5, 10)
     assert out.getvalue() == ""
+
+
+def test_the_copier_counts_the_processors_own_log_lines() -> None:
+    # The demo counts transactions from these messages of eosclient.processor (as `eosclient copy
+    # --log-level debug` prints them): a reworded message must fail here, not hang the demo.
+    source = Path(processor.__file__).read_text()
+    assert 'log.debug("committed %d in, %d out"' in source
+    assert 'log.warning("transaction failed, aborting and rewinding: %r"' in source
+    counts = CopierCounts()
+    for line in ["2026-01-01 00:00:00,000 DEBUG eosclient.processor: committed 20 in, 40 out",
+                 "2026-01-01 00:00:00,001 WARNING eosclient.processor: transaction failed, "
+                 "aborting and rewinding: AbortableError('x')",
+                 "records in 20, out 40, transactions committed 1, aborted 1, 9 records/s",
+                 "2026-01-01 00:00:00,002 DEBUG eosclient.processor: committed 5 in, 5 out"]:
+        counts = counted(counts, line)
+    assert counts == CopierCounts(records_in=25, records_out=45, committed=2, aborted=1)

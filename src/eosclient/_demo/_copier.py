@@ -27,7 +27,7 @@ from typing import Final
 
 from eosclient.testing.brokers import _die_with_parent
 
-__all__ = ["CopierCounts", "CopierProcess"]
+__all__ = ["CopierCounts", "CopierProcess", "counted"]
 
 _COMMITTED: Final = re.compile(r"eosclient\.processor: committed (\d+) in, (\d+) out")
 _ABORTED: Final = re.compile(r"eosclient\.processor: transaction failed, aborting")
@@ -122,13 +122,19 @@ class CopierProcess:
                 self._count(line)
 
     def _count(self, line: str) -> None:
-        found = _COMMITTED.search(line)
         with self._lock:
-            c = self._counts
-            if found:
-                self._counts = replace(c, records_in=c.records_in + int(found[1]),
-                                       records_out=c.records_out + int(found[2]),
-                                       committed=c.committed + 1)
-                self.first_commit.set()
-            elif _ABORTED.search(line):
-                self._counts = replace(c, aborted=c.aborted + 1)
+            self._counts = counted(self._counts, line)
+        if self._counts.committed:
+            self.first_commit.set()
+
+
+def counted(counts: CopierCounts, line: str) -> CopierCounts:
+    """``counts`` with what one line of the child's output adds to them."""
+    found = _COMMITTED.search(line)
+    if found:
+        return replace(counts, records_in=counts.records_in + int(found[1]),
+                       records_out=counts.records_out + int(found[2]),
+                       committed=counts.committed + 1)
+    if _ABORTED.search(line):
+        return replace(counts, aborted=counts.aborted + 1)
+    return counts
