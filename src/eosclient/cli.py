@@ -14,7 +14,13 @@ Subcommands:
 ``eosclient copy --input T --output T --group G --transactional-id ID --bootstrap-servers B``
     Copy records exactly once with :class:`~eosclient.ExactlyOnceProcessor` (like Kafka's
     TransactionalMessageCopier), printing progress; SIGINT or SIGTERM commits what is open and
-    exits 0. Exit 1 when the processor fails (fenced, say).
+    exits 0. Exit 1 when the processor fails (fenced, say). ``--log-level debug`` logs a line
+    per committed transaction on stderr.
+
+``eosclient demo [--records N] [--partitions N] [--broker {noida,tansu}] [--seed N] [--quiet]``
+    Copy records exactly once through injected faults (a SIGKILL and restart among them) on a
+    local broker, check the copy and print a report (see :mod:`eosclient._demo`): exit 0 when
+    the copy is exactly once, 1 when not.
 
 Each subcommand is an ``add_*_command(subparsers)`` function that sets ``handler`` to a function
 taking the parsed arguments and returning the exit status.
@@ -23,6 +29,7 @@ taking the parsed arguments and returning the exit status.
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -42,6 +49,7 @@ __all__ = ["main"]
 _Handler = Callable[[argparse.Namespace], int]
 _STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _WATCH_INTERVAL: Final = 0.2
+_LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_broker_command(subparsers)
     add_verify_command(subparsers)
     add_copy_command(subparsers)
+    add_demo_command(subparsers)
     args = parser.parse_args(argv)
     handler: _Handler = args.handler
     return handler(args)
@@ -134,10 +143,18 @@ def add_copy_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
                         help="a consumer setting by Kafka's dotted key (repeatable)")
     parser.add_argument("--producer-property", action="append", default=[], metavar="KEY=VALUE",
                         help="a producer setting by Kafka's dotted key (repeatable)")
+    parser.add_argument("--log-level", choices=_LOG_LEVELS, default="warning",
+                        help="eosclient's log lines on stderr from this level on (warning); "
+                        "debug adds one line per committed transaction")
     parser.set_defaults(handler=_run_copy)
 
 
 def _run_copy(args: argparse.Namespace) -> int:
+    with _log_to_stderr(args.log_level):
+        return _copy(args)
+
+
+def _copy(args: argparse.Namespace) -> int:
     try:
         processor = ExactlyOnceProcessor(
             bootstrap_servers=args.bootstrap_servers, input_topics=args.input,
@@ -184,6 +201,23 @@ def _properties(items: list[str]) -> dict[str, object]:
     return found
 
 
+@contextmanager
+def _log_to_stderr(level: str) -> Iterator[None]:
+    """Send the ``eosclient`` loggers' lines from ``level`` on to stderr, one line each, until
+    the block ends (``main()`` may run in-process, as in tests: nothing is left behind)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("eosclient")
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+
+
 def _report(processor: ExactlyOnceProcessor, stop: threading.Event, interval: float) -> None:
     while not stop.wait(interval):
         print(processor.stats, flush=True)
@@ -197,6 +231,71 @@ def _signals_call(action: Callable[[], None]) -> Iterator[None]:
         action()
 
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``eosclient demo``."""
+    parser = subparsers.add_parser(
+        "demo",
+        help="copy a topic exactly once through injected faults, on a local broker, and check it",
+        description="Start a local broker and a fault-injecting proxy, write input records, "
+        "copy them with the exactly-once processor through faults (a lost EndTxn answer, an "
+        "abortable error, cut connections, a SIGKILL and a restart), check the copy and print "
+        "a report. Exit 0 if the copy is exactly once, 1 if not.",
+    )
+    parser.add_argument("--records", type=_at_least(1000), default=50_000,
+                        help="input records, 1,000 or more (50,000)")
+    parser.add_argument("--partitions", type=_at_least(1), default=4,
+                        help="partitions of each topic (4)")
+    parser.add_argument("--broker", choices=BROKER_KINDS, default="noida",
+                        help="noida (default) or tansu (its group join takes ~25 s)")
+    parser.add_argument("--seed", type=int, help="where the faults strike (default: random)")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds the whole run may take (300)")
+    parser.add_argument("--quiet", action="store_true", help="print the report only")
+    parser.set_defaults(handler=_run_demo)
+
+
+def _at_least(least: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least:,}, not {value:,}")
+        return value
+
+    return parse
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from eosclient import _demo  # noqa: PLC0415 - the demo's modules load only for the demo
+
+    options = _demo.DemoOptions(records=args.records, partitions=args.partitions,
+                                broker=args.broker, seed=args.seed, timeout=args.timeout)
+    screen = _demo.Screen(sys.stdout, quiet=args.quiet)
+    with _signals_raise():
+        try:
+            result = _demo.run(options, screen)
+        except KeyboardInterrupt:
+            print("\neosclient demo: interrupted; the broker and processors are stopped",
+                  file=sys.stderr)
+            return 130
+    print(_demo.render(result), flush=True)
+    return _demo.exit_status(result)
+
+
+@contextmanager
+def _signals_raise() -> Iterator[None]:
+    """Let SIGTERM and SIGHUP interrupt like Ctrl-C, so that the clean-up runs for them too."""
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
