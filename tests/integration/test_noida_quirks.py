@@ -1,12 +1,12 @@
 """What noida-db 0.2.3 gets wrong about partitions registered in a transaction and left empty.
 
 Kafka lets a transaction register a partition (AddPartitionsToTxn) and write nothing to it; the
-EndTxn then writes the marker there anyway. ExactlyOnceProcessor relies on it: it pre-registers
-every output partition (KIP-609 style) and usually writes to few. noida-db refuses such an EndTxn
-with INVALID_TXN_STATE (48) once the partition holds records of this transactional.id from a
-transaction that was aborted, so the producer goes FATAL. The demo keeps its kill and its
-abortable fault away from that (see eosclient/_demo/_plan.py). These tests measure the quirk:
-if a noida-db release fixes it, they fail, and the docs and the demo's plan can say so.
+EndTxn then writes the marker there anyway. Pre-registering every output partition (KIP-609
+style, ExactlyOnceProcessor's ``preregister_partitions=True``) relies on it. noida-db refuses such
+an EndTxn with INVALID_TXN_STATE (48) once the partition holds records of this transactional.id
+from a transaction that was aborted, so the producer goes FATAL; that is why the processor
+registers partitions as it writes by default. These tests measure the quirk: if a noida-db
+release fixes it, they fail, and the docs and the processor's default can say so.
 """
 
 from __future__ import annotations

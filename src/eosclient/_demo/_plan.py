@@ -6,7 +6,8 @@ be repeated. Two stages: the first processor meets the first list and is then ki
 restarted one meets the second.
 
 The kill itself is not a proxy fault: the demo waits for :func:`kill_trigger` to fire (the
-processor's transaction is open, its records on the wire) and SIGKILLs the process then.
+processor's transaction is open, its records in the log, its commit held) and SIGKILLs the
+process then.
 """
 
 from __future__ import annotations
@@ -61,14 +62,12 @@ def plan(rng: random.Random) -> tuple[list[Fault], list[Fault]]:
 
 
 def kill_trigger() -> Rule:
-    """A rule that holds the processor's next Produce request in the proxy: the transaction is
-    open at the coordinator (its partitions and group registered), its records on the wire.
+    """A rule that holds the processor's next EndTxn request in the proxy: the transaction's
+    records are in the broker's log, its offsets sent, its commit on the wire.
 
-    The demo kills the processor while the request is held, so the records never reach the
-    broker (the proxy drops a dead client's queued requests). Records of the killed
-    transaction in the log would be as safe (the takeover aborts them), but noida-db 0.2.3 then
-    refuses (INVALID_TXN_STATE) the EndTxn of a later transaction of the same transactional.id
-    that registers such a partition without writing to it, which the processor's
-    pre-registration of every output partition does (see docs/testing.md).
+    The demo kills the processor while the request is held, so the commit never reaches the
+    coordinator: the restarted instance's InitProducerId aborts the transaction, and its records,
+    already in the log, must stay invisible to read_committed readers (the checker counts any
+    that are read) and be copied again, once.
     """
-    return Rule(api_key=ApiKey.PRODUCE, action=Delay(_HOLD))
+    return Rule(api_key=ApiKey.END_TXN, action=Delay(_HOLD))

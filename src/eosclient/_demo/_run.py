@@ -28,7 +28,7 @@ __all__ = ["DemoOptions", "run"]
 
 _BROKER_NAMES: Final = {"noida": "noida-db", "tansu": "Tansu"}
 _TICK: Final = 0.05  # seconds between two looks at the processors (the bar's refresh)
-_KILL_WAIT: Final = 30.0  # seconds for processor 1 to send its next Produce
+_KILL_WAIT: Final = 30.0  # seconds for processor 1 to send its next EndTxn
 _OFFSETS_EVERY: Final = 0.25  # seconds between two reads of the group's committed offsets
 _INPUT, _OUTPUT, _GROUP, _TXN_ID = "demo-input", "demo-output", "demo-copier", "demo-copier-1"
 # Settings of the processor: a request lost by the proxy is given up after 1.5 s (not 30 s), a
@@ -181,15 +181,15 @@ class _Run:
         return copier
 
     def kill(self, proxy: KafkaProxy, copier: CopierProcess) -> None:
-        """SIGKILL ``copier`` while the proxy holds its next Produce (a transaction open)."""
+        """SIGKILL ``copier`` while the proxy holds its next EndTxn (records in the log)."""
         trigger = proxy.add_rule(kill_trigger())
         if not proxy.wait_fired(trigger, max(0.0, min(self.left(), _KILL_WAIT))):
-            raise DemoFailedError("processor 1 sent no Produce request to be killed at")
+            raise DemoFailedError("processor 1 sent no EndTxn request to be killed at")
         copier.kill()
         self.screen.end_bar()
         self.result.killed_open += 1
         counts = self.sync_counts()[-1]
-        self.screen.say(f"      SIGKILL with a transaction open and its records on the wire, "
+        self.screen.say(f"      SIGKILL with a transaction's records in the log, its commit held, "
                         f"after {counts.committed} commits ({counts.records_in:,} records)")
 
     def restart(self, proxy: KafkaProxy) -> None:
