@@ -1,0 +1,83 @@
+"""The fault suite: ExactlyOnceProcessor copies records while faults happen, then the checker
+must count zero lost, duplicated, aborted-but-read, unexpected and out-of-order records.
+
+Every scenario of :mod:`eosclient.testing.scenarios` runs with several seeds on noida-db (the
+quick slice: a few thousand records each). A run passes only if its faults actually happened
+and had the effect the scenario promises (aborts, or none; a fenced zombie), so a fault that
+silently misses fails the test. One scenario runs on Tansu, whose group join takes ~23 s.
+
+The long run (>= 100,000 records per scenario and seed) is marked ``long`` and skipped unless
+pytest gets ``--long``; ``python -m eosclient.testing.scenarios`` runs the same and prints the
+scenario x seed table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eosclient.testing.brokers import RunningBroker, start_broker
+from eosclient.testing.scenarios import SCENARIOS, ScenarioResult, format_table, run_scenario
+
+QUICK_RECORDS = 2_000
+QUICK_SEEDS = (1, 2, 3)
+LONG_RECORDS = 100_000
+LONG_SEEDS = (1, 2, 3)
+# Small transactions in the quick slice: more of them, so the seeded faults have more to hit.
+QUICK_TXN = 50
+
+SHARED = [name for name, spec in SCENARIOS.items() if not spec.restarts_broker]
+OWN_BROKER = [name for name, spec in SCENARIOS.items() if spec.restarts_broker]
+
+
+def assert_clean(result: ScenarioResult) -> None:
+    assert not result.problems(), (
+        f"{result.problems()}\n{format_table([result])}\nfaults: {result.fault_kinds}\n"
+        f"{result.report}")
+
+
+@pytest.mark.proxy
+@pytest.mark.parametrize("seed", QUICK_SEEDS)
+@pytest.mark.parametrize("name", SHARED)
+def test_scenario(name: str, seed: int, noida_broker: RunningBroker) -> None:
+    result = run_scenario(name, noida_broker, seed=seed, records=QUICK_RECORDS,
+                          max_records_per_transaction=QUICK_TXN, timeout=60)
+    assert_clean(result)
+
+
+@pytest.mark.broker
+@pytest.mark.noida
+@pytest.mark.parametrize("seed", QUICK_SEEDS)
+@pytest.mark.parametrize("name", OWN_BROKER)
+def test_scenario_restarting_the_broker(name: str, seed: int, tmp_path: Path) -> None:
+    with start_broker("noida", data_dir=tmp_path / "data", log_dir=tmp_path) as broker:
+        result = run_scenario(name, broker, seed=seed, records=QUICK_RECORDS,
+                              max_records_per_transaction=QUICK_TXN, timeout=60)
+    assert_clean(result)
+
+
+@pytest.mark.slow
+@pytest.mark.proxy
+def test_random_aborts_on_tansu(tansu_broker: RunningBroker) -> None:
+    # Tansu sends no aborted-transactions index: the checker's reader and the processor's
+    # consumer must skip aborted records by the ABORT markers alone.
+    result = run_scenario("random-aborts", tansu_broker, seed=1, records=QUICK_RECORDS,
+                          max_records_per_transaction=QUICK_TXN, timeout=120)
+    assert_clean(result)
+
+
+@pytest.mark.long
+@pytest.mark.proxy
+@pytest.mark.parametrize("seed", LONG_SEEDS)
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_long_run(name: str, seed: int, tmp_path: Path, noida_broker: RunningBroker) -> None:
+    if SCENARIOS[name].restarts_broker:
+        with start_broker("noida", data_dir=tmp_path / "data", log_dir=tmp_path) as broker:
+            result = run_scenario(name, broker, seed=seed, records=LONG_RECORDS, timeout=1200,
+                                  max_records_per_transaction=500)
+    else:
+        result = run_scenario(name, noida_broker, seed=seed, records=LONG_RECORDS, timeout=1200,
+                              max_records_per_transaction=500)
+    print(format_table([result]))
+    assert_clean(result)
