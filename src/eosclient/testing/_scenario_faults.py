@@ -103,9 +103,10 @@ def _rules(run: Run, choices: Sequence[tuple[ApiKey, Action]], count: int) -> li
 
 
 def _finish(run: Run, workers: Sequence[Worker | Child], deadline: float) -> None:
-    """Wait until the input is committed (or the deadline), then stop every processor."""
+    """Wait until the input is committed (or the deadline, or every processor ended), then
+    stop every processor."""
     try:
-        run.wait_progress(1.0, deadline)
+        run.wait_progress(1.0, deadline, lambda: any(w.alive for w in workers))
     finally:
         for worker in workers:
             worker.stop()
@@ -142,7 +143,11 @@ def sigkill(run: Run, deadline: float) -> None:
         run.proxy.clear_rules()
         if fired:
             run.fault("sigkill")
-    _finish(run, [run.child()], deadline)
+    while True:  # a supervisor: a copy that fails is started again
+        last = run.child()
+        _finish(run, [last], deadline)
+        if run.progress() >= 1.0 or time.monotonic() >= deadline:
+            return
 
 
 def broker_restart(run: Run, deadline: float) -> None:

@@ -52,7 +52,7 @@ __all__ = ["Child", "Run", "Tally", "Worker"]
 log = logging.getLogger("eosclient.testing.scenarios")
 
 FILL_CHUNK: Final = 5_000  # input records per fill transaction
-_POLL: Final = 0.1
+_POLL: Final = 0.2
 _JOIN: Final = 30.0
 _STATS_LINE: Final = re.compile(
     r"records in (\d+), out (\d+), transactions committed (\d+), aborted (\d+)")
@@ -105,14 +105,19 @@ class Run:
             "fetch.max.wait.ms": 100, "session.timeout.ms": 30_000,
             "heartbeat.interval.ms": 1_000}
         self.tally = Tally()
+        self.completed = False  # set once the group committed the whole input (never undone)
         self.faults = 0
         self.fault_kinds: dict[str, int] = {}
         self.ends = self._fill(partitions)
+        self._monitor: ReadCommittedConsumer | None = None
         self.proxy = KafkaProxy(broker.host, broker.port).start()
 
     def close(self) -> None:
-        """Close the proxy (processors are the scenario's to stop)."""
+        """Close the proxy and the offset reader (processors are the scenario's to stop)."""
         self.proxy.close()
+        if self._monitor is not None:
+            self._monitor.close()
+            self._monitor = None
 
     def fault(self, kind: str, count: int = 1) -> None:
         """Count ``count`` faults of ``kind`` as injected."""
@@ -178,19 +183,36 @@ class Run:
     # -- the end ------------------------------------------------------------------------------
 
     def committed(self, timeout: float = 5.0) -> dict[TopicPartition, int]:
-        """The group's committed offsets now (0 where none), read past the proxy."""
-        with ReadCommittedConsumer(self.broker.bootstrap_servers, group_id=self.group) as reader:
-            found = reader.committed(list(self.ends), timeout)
+        """The group's committed offsets now (0 where none), read past the proxy.
+
+        Raises:
+            EosError: not read within ``timeout`` (the next call starts a new reader).
+        """
+        if self._monitor is None:
+            self._monitor = ReadCommittedConsumer(self.broker.bootstrap_servers,
+                                                  group_id=self.group)
+        try:
+            found = self._monitor.committed(list(self.ends), timeout)
+        except EosError:
+            self._monitor.close()
+            self._monitor = None
+            raise
         return {tp: offset or 0 for tp, offset in found.items()}
 
     def progress(self) -> float:
-        """The committed fraction of the input, 0..1 (0 when it cannot be read now)."""
+        """The committed fraction of the input, 0..1 (0 when it cannot be read now; 1 once it
+        was 1: committed offsets never go back)."""
+        if self.completed:
+            return 1.0
         try:
-            committed = self.committed(2.0)
-        except EosError:
+            committed = self.committed(5.0)
+        except EosError as exc:
+            log.debug("committed offsets not read: %r", exc)
             return 0.0
         total = sum(self.ends.values())
-        return sum(min(committed[tp], end) for tp, end in self.ends.items()) / max(total, 1)
+        done = sum(min(committed[tp], end) for tp, end in self.ends.items()) / max(total, 1)
+        self.completed = done >= 1.0
+        return done
 
     def wait_progress(self, fraction: float, deadline: float,
                       alive: Callable[[], bool] = lambda: True) -> bool:
