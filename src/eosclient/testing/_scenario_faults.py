@@ -34,6 +34,8 @@ __all__ = ["DRIVERS", "ERROR_FAULTS", "Driver"]
 Driver = Callable[[Run, float], None]
 
 _KILL_HOLD: Final = 0.5  # a Produce held this long by the proxy: the child is killed meanwhile
+_CHILD_STARTS: Final = 5  # copies started after the kills, each after the last one failed
+_RESTART_HOLD: Final = 1.0  # the next transaction's registration, held while the broker restarts
 _ZOMBIE_HOLD: Final = 3.0  # each request of the paused instance is held this long
 _COORDINATOR_APIS: Final = (ApiKey.INIT_PRODUCER_ID,
                             ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN,
@@ -143,25 +145,37 @@ def sigkill(run: Run, deadline: float) -> None:
         run.proxy.clear_rules()
         if fired:
             run.fault("sigkill")
-    while True:  # a supervisor: a copy that fails is started again
-        last = run.child()
-        _finish(run, [last], deadline)
+    for _ in range(_CHILD_STARTS):  # a supervisor: a copy that fails is started again
+        _finish(run, [run.child()], deadline)
         if run.progress() >= 1.0 or time.monotonic() >= deadline:
             return
 
 
 def broker_restart(run: Run, deadline: float) -> None:
-    """Restart the broker (SIGTERM; noida-db keeps its data) at seeded EndTxn requests."""
-    nths = sorted({_nth(run, ApiKey.END_TXN) for _ in range(run.rng.randint(1, 2))})
-    marks = [run.proxy.add_rule(Rule(api_key=ApiKey.END_TXN, nth=n, action=Delay(0)))
-             for n in nths]
+    """Restart the broker (SIGTERM; noida-db keeps its data) between two transactions: the
+    next transaction's registration (AddPartitionsToTxn, AddOffsetsToTxn) is held in the proxy
+    while the broker restarts, so it reaches the new broker process over a new connection."""
+    _restart_on(run, deadline, [ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN],
+                Delay(_RESTART_HOLD))
+
+
+def broker_restart_mid_txn(run: Run, deadline: float) -> None:
+    """Restart the broker (SIGTERM) while a Produce of an open transaction is in flight."""
+    _restart_on(run, deadline, [ApiKey.PRODUCE], Delay(0))
+
+
+def _restart_on(run: Run, deadline: float, apis: Sequence[ApiKey], action: Action) -> None:
+    """Restart the broker when the seeded n-th request of ``apis[0]`` arrives (once or twice);
+    the same n-th request of the other ``apis`` gets ``action`` too."""
     worker = run.worker()
     try:
-        for mark in marks:
-            if not _wait_fired(run, mark, deadline, lambda: worker.alive):
+        for n in sorted({_nth(run, apis[0]) for _ in range(run.rng.randint(1, 2))}):
+            rules = [run.proxy.add_rule(Rule(api_key=api, nth=n, action=action)) for api in apis]
+            if not _wait_fired(run, rules[0], deadline, lambda: worker.alive):
                 break
             run.broker.restart()
             run.fault("broker-restart")
+            run.proxy.clear_rules()
     finally:
         _finish(run, [worker], deadline)
 
@@ -229,6 +243,7 @@ def random_aborts(run: Run, deadline: float) -> None:
 DRIVERS: Final[dict[str, Driver]] = {
     "sigkill": sigkill,
     "broker-restart": broker_restart,
+    "broker-restart-mid-txn": broker_restart_mid_txn,
     "cut": cut,
     "drop-produce": drop(ApiKey.PRODUCE),
     "drop-end-txn": drop(ApiKey.END_TXN),

@@ -304,7 +304,9 @@ class Child:
 
     def stop(self) -> None:
         """SIGTERM once the copy handles it: it commits what it holds and exits."""
-        self.ready.wait(_JOIN)
+        until = time.monotonic() + _JOIN
+        while self.alive and not self.ready.wait(_POLL) and time.monotonic() < until:
+            pass
         self._finish(signal.SIGTERM)
 
     def _finish(self, sig: signal.Signals) -> None:
