@@ -130,21 +130,22 @@ def _fault_count(run: Run) -> int:
 
 
 def sigkill(run: Run, deadline: float) -> None:
-    """SIGKILL ``eosclient copy`` while a Produce of its transaction is in flight, restart it."""
+    """SIGKILL ``eosclient copy`` mid-transaction and restart it (2-3 times): while the proxy
+    holds a Produce of the transaction (its records may not be written), or its EndTxn (its
+    records are written, the commit never reaches the broker); seeded."""
     for _ in range(run.rng.randint(2, 3)):
         left = 1.0 - run.progress()
         if left <= 0:
             break
+        api = run.rng.choice((ApiKey.PRODUCE, ApiKey.END_TXN))
         child = run.child()
-        # The n-th Produce from now, while a good part of the input is still to be copied.
-        produces = int(left * _transactions(run)) // 2
-        rule = run.proxy.add_rule(Rule(api_key=ApiKey.PRODUCE, action=Delay(_KILL_HOLD),
-                                       nth=run.rng.randint(1, max(1, produces))))
+        rule = run.proxy.add_rule(Rule(api_key=api, action=Delay(_KILL_HOLD), nth=run.rng.randint(
+            1, max(1, int(left * _transactions(run)) // 2))))
         fired = _wait_fired(run, rule, deadline, lambda: child.alive)  # noqa: B023
         child.kill()
         run.proxy.clear_rules()
         if fired:
-            run.fault("sigkill")
+            run.fault(f"sigkill-at-{api.label}")
     for _ in range(_CHILD_STARTS):  # a supervisor: a copy that fails is started again
         _finish(run, [run.child()], deadline)
         if run.progress() >= 1.0 or time.monotonic() >= deadline:

@@ -51,14 +51,13 @@ _PRODUCER_CONFIG: Final = {"request.timeout.ms": 1000, "retry.backoff.ms": 20}
 KNOWN_BROKER_FAULTS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
     "noida": ((
         "EndTxn: INVALID_TXN_STATE (48)",
-        "after an InitProducerId that aborted the transaction a SIGKILLed instance left open "
-        "(with records in it), noida-db can answer the new instance's EndTxn(commit) with "
-        "INVALID_TXN_STATE after writing the COMMIT marker on some of the transaction's "
-        "partitions and not on others: the transaction is half committed (its records on "
-        "the marked partitions are read, its offsets are not committed, so they are copied "
-        "again: duplicates), and the unmarked partitions keep an open transaction that holds "
-        "their last stable offset back for good (lost). Every later instance fails the same "
-        "way. Seen in the sigkill scenario at 100,000 records, seeds 2 and 3."),),
+        "after an InitProducerId that aborted a transaction left open (a SIGKILLed "
+        "instance's) with records on some partition, a later transaction that registers "
+        "that partition (KIP-609) but writes nothing there gets INVALID_TXN_STATE from "
+        "EndTxn(commit), after the partitions that got records were marked committed: half "
+        "committed (duplicates), and every later instance fails the same way; one more "
+        "re-init does not clear it (test_noida_half_commits_after_a_reinit_aborted_the_last_"
+        "transaction)."),),
 }
 
 
@@ -102,8 +101,8 @@ NOIDA_ABORTS_ON_RESTART: Final = (
 
 
 SCENARIOS: Final[dict[str, Scenario]] = {s.name: s for s in (
-    _scenario("sigkill", "SIGKILL `eosclient copy` with a Produce in flight, restart it "
-              "(2-3 times)"),
+    _scenario("sigkill", "SIGKILL `eosclient copy` while the proxy holds a Produce or the "
+              "EndTxn of its open transaction, restart it (2-3 times)"),
     _scenario("broker-restart", "restart the broker (SIGTERM) once or twice between "
               "transactions (the next one's registration held in the proxy meanwhile)",
               restarts_broker=True),
