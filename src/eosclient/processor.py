@@ -4,7 +4,7 @@ Theory of operation. One loop on the caller's thread (``run()``), over one
 :class:`~eosclient.ReadCommittedConsumer` (``subscribe()``, a consumer group) and one
 :class:`~eosclient.TransactionalProducer`::
 
-    poll -> begin(every output partition + the group, KIP-609 pre-registration)
+    poll -> begin(the group, KIP-609 pre-registration; output partitions too if asked)
          -> transform -> send (each output with an ``eos.src`` header naming its input record)
          -> poll more while the transaction is neither full nor due -> ...
          -> send_offsets_to_transaction(positions after the records, group_metadata())  KIP-447
@@ -37,6 +37,13 @@ transactional.id (InitProducerId bumps the epoch) and by the instance id (the gr
 heartbeats and commits FENCED_INSTANCE_ID). The price, as in Java: a static member does not
 leave the group when it closes, so after a clean stop its partitions wait
 ``session.timeout.ms`` for it before the group hands them to the other instances.
+
+Output partitions are added to a transaction as records go to them (as Java does), not
+pre-registered, unless ``pre_register_partitions=True``: noida-db fails the EndTxn(commit) of a
+transaction that registered a partition whose last marker is an ABORT of this producer and wrote
+nothing there, after marking the other partitions committed (a half-committed transaction,
+hence duplicates); every abort can leave such a partition behind. Pre-registration saves a
+round trip per transaction on brokers that get this right.
 
 A rebalance that revokes partitions commits the open transaction first (in ``on_revoke``); if
 that commit fails, it is aborted and every partition still assigned is rewound before the next
@@ -121,6 +128,8 @@ class ExactlyOnceProcessor:
         consumer_config: Consumer settings by Kafka's dotted key (``auto.offset.reset``
             defaults to ``earliest`` here, and ``group.instance.id`` to ``transactional_id``:
             static membership, see the module docstring).
+        pre_register_partitions: Register every output partition when a transaction begins
+            (KIP-609) instead of as records go to it; not safe on noida-db (module docstring).
 
     Raises:
         ValueError: both ``fn`` and ``batch_fn``, no input topic, or a bad limit.
@@ -131,7 +140,8 @@ class ExactlyOnceProcessor:
                  fn: Transform | None = None, batch_fn: BatchTransform | None = None,
                  max_records_per_transaction: int = 500, commit_interval_ms: int = 100,
                  producer_config: Mapping[str, object] | None = None,
-                 consumer_config: Mapping[str, object] | None = None) -> None:
+                 consumer_config: Mapping[str, object] | None = None,
+                 pre_register_partitions: bool = False) -> None:
         if fn is not None and batch_fn is not None:
             raise ValueError("give fn or batch_fn, not both")
         if isinstance(input_topics, str) or not input_topics:
@@ -153,6 +163,7 @@ class ExactlyOnceProcessor:
         self._counter = StatsCounter()
         self._txn: _Txn | None = None
         self._rewind = False
+        self._pre_register = pre_register_partitions
         self._declared: list[TopicPartition] | None = None
         self._producer: TransactionalProducer | None = None
         self._consumer: ReadCommittedConsumer | None = None
@@ -336,7 +347,7 @@ class ExactlyOnceProcessor:
                                          config=self._producer_config)
         self._producer = producer
         producer.init_transactions()  # fences an older instance, settles what it left open
-        self._declared = self._output_partitions()
+        self._declared = self._output_partitions() if self._pre_register else None
         consumer = ReadCommittedConsumer(self.bootstrap_servers, group_id=self.group_id,
                                          config=self._consumer_config)
         self._consumer = consumer

@@ -20,10 +20,19 @@ from pathlib import Path
 
 import pytest
 
-from eosclient import FatalError, TopicPartition, TransactionalProducer
+from eosclient import (
+    ConsumerRecord,
+    ExactlyOnceProcessor,
+    FatalError,
+    OutputRecord,
+    TopicPartition,
+    TransactionalProducer,
+)
 from eosclient._core.decode import ControlType
+from eosclient.errors import ApiKey
 from eosclient.testing.brokers import RunningBroker, start_broker
-from eosclient.testing.proxy import KafkaProxy
+from eosclient.testing.checker import check
+from eosclient.testing.proxy import KafkaProxy, RewriteError, Rule
 from eosclient.testing.reader import read_raw_batches
 from eosclient.testing.scenarios import (
     KNOWN_BROKER_FAULTS,
@@ -140,6 +149,39 @@ def test_noida_half_commits_after_a_reinit_aborted_the_last_transaction(
     # its last stable offset held back), as the broker's marker writes happened to go.
     assert markers[0] == [ControlType.ABORT]
     assert markers[1] in ([ControlType.COMMIT], [])
+
+
+@pytest.mark.proxy
+def test_a_redone_transaction_on_other_partitions_commits_exactly_once(
+        noida_broker: RunningBroker, unique_name: Callable[[str], str]) -> None:
+    # The processor pre-registered every output partition; on noida-db a transaction redone
+    # after an abort that left records on partition 0, writing only to partition 1, then
+    # failed to commit, half committed (the error-45 long run: 277,576 duplicates).
+    source = create_topic(noida_broker, unique_name("in"), 1)
+    sink = create_topic(noida_broker, unique_name("out"), 2)
+    with TransactionalProducer(noida_broker.bootstrap_servers,
+                               transactional_id=unique_name("fill")) as producer:
+        producer.init_transactions(10)
+        with producer.transaction():
+            producer.send_batch(source, [b"%d" % i for i in range(20)], partition=0)
+    seen: set[int] = set()
+
+    def first_to_0_again_to_1(record: ConsumerRecord) -> list[OutputRecord]:
+        partition = 1 if record.offset in seen else 0
+        seen.add(record.offset)
+        return [OutputRecord(record.value, partition=partition)]
+
+    with KafkaProxy(noida_broker.host, noida_broker.port) as proxy:
+        # The broker writes the first batch; the client is told it is out of order: abort.
+        rule = proxy.add_rule(Rule(api_key=ApiKey.PRODUCE, action=RewriteError(45)))
+        processor = ExactlyOnceProcessor(
+            bootstrap_servers=proxy.bootstrap_servers, input_topics=[source], output_topic=sink,
+            group_id=unique_name("g"), transactional_id=unique_name("t"),
+            fn=first_to_0_again_to_1, consumer_config={"fetch.max.wait.ms": 100})
+        stats = processor.run(max_records=20, timeout=30)
+    assert rule.fired == 1 and stats.transactions_aborted == 1
+    report = check(noida_broker.bootstrap_servers, source, sink)
+    assert report.ok, str(report)
 
 
 @pytest.mark.long
