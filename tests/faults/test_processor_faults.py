@@ -4,9 +4,9 @@ must count zero lost, duplicated, aborted-but-read, unexpected and out-of-order 
 Every scenario of :mod:`eosclient.testing.scenarios` runs with several seeds on noida-db (the
 quick slice: a few thousand records each). A run passes only if its faults actually happened
 and had the effect the scenario promises (aborts, or none; a fenced zombie), so a fault that
-silently misses fails the test. A run spoilt by a broker fault that
-``KNOWN_BROKER_FAULTS`` names (each pinned by a test here) is an expected failure, with the
-fault and the counts in its message. One scenario runs on Tansu, whose group join takes ~23 s.
+silently misses fails the test. One scenario runs on Tansu, whose group join takes ~23 s.
+The broker faults the suite found are pinned by tests here, so a broker release that fixes one
+shows up as a failing test.
 
 The long run (>= 100,000 records per scenario and seed) is marked ``long`` and skipped unless
 pytest gets ``--long``; ``python -m eosclient.testing.scenarios`` runs the same and prints the
@@ -35,7 +35,6 @@ from eosclient.testing.checker import check
 from eosclient.testing.proxy import KafkaProxy, RewriteError, Rule
 from eosclient.testing.reader import read_raw_batches
 from eosclient.testing.scenarios import (
-    KNOWN_BROKER_FAULTS,
     SCENARIOS,
     ScenarioResult,
     format_table,
@@ -55,11 +54,6 @@ OWN_BROKER = [name for name, spec in SCENARIOS.items() if spec.restarts_broker]
 
 
 def assert_clean(result: ScenarioResult) -> None:
-    if result.broker_faults and result.problems():
-        # Reported, not hidden: the run hit a broker fault that KNOWN_BROKER_FAULTS names (and
-        # a test below pins), and its table row says NO and counts the broker's faults.
-        pytest.xfail(f"a known {result.broker} fault: "
-                     f"{KNOWN_BROKER_FAULTS[result.broker][0][1]}\n{result.problems()}")
     assert not result.problems(), (
         f"{result.problems()}\n{format_table([result])}\nfaults: {result.fault_kinds}\n"
         f"{result.report}")
@@ -120,7 +114,7 @@ def test_noida_acknowledges_a_commit_it_aborted(tmp_path: Path) -> None:
 @pytest.mark.noida
 def test_noida_half_commits_after_a_reinit_aborted_the_last_transaction(
         noida_broker: RunningBroker, unique_name: Callable[[str], str]) -> None:
-    # The broker fact behind the sigkill scenario's expected failures on noida-db: after a
+    # Why ExactlyOnceProcessor no longer pre-registers output partitions: on noida-db, after a
     # re-init aborted a transaction left open with records on partition 0, a transaction that
     # registers partition 0 but writes nothing there fails with INVALID_TXN_STATE, though the
     # partition that did get records may already be marked committed.
