@@ -33,10 +33,10 @@ __all__ = ["DRIVERS", "ERROR_FAULTS", "Driver"]
 
 Driver = Callable[[Run, float], None]
 
-_KILL_HOLD: Final = 0.5  # a Produce held this long by the proxy: the child is killed meanwhile
+_KILL_HOLD: Final = 0.5  # a Produce or EndTxn held this long: the child is killed meanwhile
 _CHILD_STARTS: Final = 5  # copies started after the kills, each after the last one failed
 _RESTART_HOLD: Final = 1.0  # the next transaction's registration, held while the broker restarts
-_ZOMBIE_HOLD: Final = 3.0  # each request of the paused instance is held this long
+_ZOMBIE_HOLD: Final = 3.0  # the paused instance's Produce is held this long
 _COORDINATOR_APIS: Final = (ApiKey.INIT_PRODUCER_ID,
                             ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN,
                             ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT, ApiKey.HEARTBEAT,
