@@ -23,6 +23,8 @@ Use::
 From a shell, the long run (it starts its own brokers and prints the scenario x seed table)::
 
     python -m eosclient.testing.scenarios --records 100000 --seeds 3
+
+and the quick slice's table: ``--records 2000 --seeds 3 --max-records-per-transaction 50``.
 """
 
 from __future__ import annotations
@@ -282,6 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="seeds 1..N per scenario (3)")
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS),
                         help="one scenario (repeatable; default: all)")
+    parser.add_argument("--max-records-per-transaction", type=int, default=500,
+                        help="each processor's transaction size (500)")
     parser.add_argument("--broker", choices=BROKER_KINDS, default="noida")
     parser.add_argument("--timeout", type=float, help="seconds per copy (default: scaled)")
     args = parser.parse_args(argv)
@@ -295,7 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"    {name}: skipped on {args.broker}: {broken}", flush=True)
                 continue
             for seed in range(1, args.seeds + 1):
-                result = _run_one(name, shared, seed, args.records, timeout)
+                result = _run_one(name, shared, seed, args.records, timeout=timeout,
+                                  per_transaction=args.max_records_per_transaction)
                 results.append(result)
                 print(format_row(result), flush=True)
                 for problem in result.problems():
@@ -305,14 +310,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if any(r.problems() for r in results) else 0
 
 
-def _run_one(name: str, shared: RunningBroker, seed: int, records: int,
-             timeout: float) -> ScenarioResult:
+def _run_one(name: str, shared: RunningBroker, seed: int, records: int, *, timeout: float,
+             per_transaction: int) -> ScenarioResult:
     if not SCENARIOS[name].restarts_broker:
         return run_scenario(name, shared, seed=seed, records=records, timeout=timeout,
-                            max_records_per_transaction=500)
+                            max_records_per_transaction=per_transaction)
     with start_broker(shared.kind) as own:
         return run_scenario(name, own, seed=seed, records=records, timeout=timeout,
-                            max_records_per_transaction=500)
+                            max_records_per_transaction=per_transaction)
 
 
 if __name__ == "__main__":
