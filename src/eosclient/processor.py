@@ -38,6 +38,13 @@ heartbeats and commits FENCED_INSTANCE_ID). The price, as in Java: a static memb
 leave the group when it closes, so after a clean stop its partitions wait
 ``session.timeout.ms`` for it before the group hands them to the other instances.
 
+Output partitions are added to a transaction as records go to them (as Java does), not
+pre-registered, unless ``preregister_partitions=True``: noida-db fails the EndTxn(commit) of a
+transaction that registered a partition whose last marker is an ABORT of this producer and wrote
+nothing there, after marking the other partitions committed (a half-committed transaction,
+hence duplicates); every abort can leave such a partition behind. Pre-registration saves a
+round trip per transaction on brokers that get this right, when the transform is slow.
+
 A rebalance that revokes partitions commits the open transaction first (in ``on_revoke``); if
 that commit fails, it is aborted and every partition still assigned is rewound before the next
 poll, so no record is lost and no output is written twice.
@@ -121,9 +128,9 @@ class ExactlyOnceProcessor:
             (KIP-609 style), so that the AddPartitionsToTxn round trip overlaps the transform
             instead of delaying the first Produce. Off by default: a transaction then leaves
             most registered partitions empty, which Apache Kafka accepts (it writes a marker
-            there anyway) but noida-db 0.2.3 refuses with INVALID_TXN_STATE (fatal) once such
-            a partition holds aborted records of this transactional.id. The consumer group is
-            always pre-registered.
+            there anyway) but noida-db 0.2.3 answers with INVALID_TXN_STATE (fatal) once such
+            a partition holds aborted records of this transactional.id, after committing the
+            other partitions (module docstring). The consumer group is always pre-registered.
         producer_config: Producer settings by Kafka's dotted key.
         consumer_config: Consumer settings by Kafka's dotted key (``auto.offset.reset``
             defaults to ``earliest`` here, and ``group.instance.id`` to ``transactional_id``:
