@@ -32,7 +32,6 @@ asked which ids exist.
 from __future__ import annotations
 
 import collections
-import functools
 import logging
 import re
 import threading
@@ -40,7 +39,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame
+from pyspark.sql.functions import spark_partition_id
 
 from eosclient._core.types import TopicPartition
 from eosclient._processor.topics import partition_count
@@ -50,7 +51,13 @@ from eosclient.errors import ConfigError
 from eosclient.producer import TransactionalProducer
 from eosclient.spark._ledger import Ledger, ledger_group
 from eosclient.spark._rows import layout_of
-from eosclient.spark._task import SinkSpec, TaskResult, open_producer, run_partition, transaction
+from eosclient.spark._task import (
+    PartitionJob,
+    SinkSpec,
+    TaskResult,
+    open_producer,
+    transaction,
+)
 
 __all__ = ["BatchOutcome", "ExactlyOnceKafkaSink", "Mode"]
 
@@ -199,18 +206,26 @@ class ExactlyOnceKafkaSink:
         return BatchOutcome(batch_id, written, 1, 0)
 
     def _partitioned(self, df: DataFrame, batch_id: int, layout: Any) -> BatchOutcome:
-        rdd = df.rdd
-        self._raise_id_count(rdd.getNumPartitions())
-        results: list[TaskResult] = rdd.mapPartitionsWithIndex(
-            self._task(layout, batch_id)).collect()
+        """Cache the batch and count each partition's rows (upstream work and its failures
+        happen here, before any transaction), then one transaction per partition."""
+        cached = df.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            counts = {row[0]: row[1] for row in cached.groupBy(
+                spark_partition_id()).count().collect()}
+            rdd = cached.rdd
+            self._raise_id_count(rdd.getNumPartitions())
+            results: list[TaskResult] = rdd.mapPartitionsWithIndex(
+                self._task(layout, batch_id, counts)).collect()
+        finally:
+            cached.unpersist()
         return BatchOutcome(batch_id, sum(r.records or 0 for r in results),
                             sum(r.records is not None for r in results),
                             sum(r.records is None for r in results))
 
-    def _task(self, layout: Any, batch_id: int,
+    def _task(self, layout: Any, batch_id: int, counts: dict[int, int],
               ) -> Callable[[int, Iterable[Any]], Iterator[TaskResult]]:
         """The function each partitioned-mode task runs (pickled to the executors)."""
-        return functools.partial(run_partition, self._spec, layout, batch_id)
+        return PartitionJob(self._spec, layout, batch_id, counts)
 
     # -- start and the partitioned id count -----------------------------------------------------
 

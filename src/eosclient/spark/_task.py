@@ -1,15 +1,15 @@
 """One transaction of the sink: check the ledger, record the batch, write the rows, commit.
 
 Both modes run this: atomic mode once per micro-batch on the driver, partitioned mode once per
-Spark partition in each task (:func:`run_partition`, which Spark pickles by reference and calls
-on an executor). What travels to an executor is a :class:`SinkSpec`, settings only; each task
+Spark partition in each task (:class:`PartitionJob`, which Spark pickles and calls on an
+executor). What travels to an executor is a :class:`SinkSpec`, settings only; each task
 builds its own clients and closes them before it returns.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +18,19 @@ from eosclient.producer import TransactionalProducer
 from eosclient.spark._ledger import Decision, Ledger, decide, ledger_group
 from eosclient.spark._rows import Layout, chunks
 
-__all__ = ["SinkSpec", "TaskResult", "open_producer", "run_partition", "transaction",
-           "write_rows"]
+__all__ = ["IncompleteInputError", "PartitionJob", "SinkSpec", "TaskResult", "open_producer",
+           "transaction", "write_rows"]
 
 log = logging.getLogger("eosclient.spark")
+
+
+class IncompleteInputError(RuntimeError):
+    """A task's rows ended before all had arrived; its transaction is not committed.
+
+    A PySpark Python worker cannot tell the end of its input from a failure upstream in the
+    JVM (the stream just ends), so partitioned mode counts the rows of each partition first and
+    commits only a partition that arrived whole; Spark retries the task.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +84,17 @@ def open_producer(spec: SinkSpec, partition: int | None) -> TransactionalProduce
 
 
 def transaction(spec: SinkSpec, producer: TransactionalProducer, ledger: Ledger, *,
-                batch_id: int, rows: Iterable[Sequence[Any]], layout: Layout) -> int | None:
+                batch_id: int, rows: Iterable[Sequence[Any]], layout: Layout,
+                expected: int | None = None) -> int | None:
     """Write ``rows`` as batch ``batch_id`` in one transaction, unless the ledger says it
     committed before; return the record count, or None when skipped.
 
+    Args:
+        expected: The number of rows there must be; any other count is not committed.
+
     Raises:
         ConfigError: the ledger is ahead of the query (a reused sink_id).
+        IncompleteInputError: the rows did not number ``expected``.
         EosError, or whatever the rows' iterator raised: the transaction is left open or
         failed; the caller closes the producer, which aborts it.
     """
@@ -89,6 +103,9 @@ def transaction(spec: SinkSpec, producer: TransactionalProducer, ledger: Ledger,
     producer.begin_transaction(spec.partitions, ledger.group_id)
     ledger.record(producer, batch_id)  # the ledger entry first: it commits with the rows or not
     written = write_rows(producer, rows, layout, spec.chunk_size)
+    if expected is not None and written != expected:
+        raise IncompleteInputError(f"batch {batch_id}: {written} rows arrived of {expected}; "
+                                   f"not committed")
     commit(producer, spec.timeout)
     return written
 
@@ -113,23 +130,36 @@ def write_rows(producer: TransactionalProducer, rows: Iterable[Sequence[Any]], l
     return count
 
 
-def run_partition(spec: SinkSpec, layout: Layout, batch_id: int, index: int,
-                  rows: Iterable[Sequence[Any]]) -> Iterator[TaskResult]:
-    """Partitioned mode, one Spark task: one transaction of its own transactional.id.
+@dataclass(frozen=True, slots=True)
+class PartitionJob:
+    """Partitioned mode, one micro-batch: what each Spark task runs (pickled to executors).
 
-    The id comes from the Spark partition, so a retried or speculative attempt of the same task
-    fences the earlier one (InitProducerId); the earlier one's open transaction is aborted, its
-    commit refused. Yields one :class:`TaskResult`.
+    ``counts`` has each Spark partition's row count: a partition whose rows stop short is not
+    committed (:class:`IncompleteInputError`).
     """
-    producer = open_producer(spec, index)
-    ledger = spec.ledger(index)
-    try:
-        written = transaction(spec, producer, ledger, batch_id=batch_id, rows=rows,
-                              layout=layout)
-    finally:
-        ledger.close()
-        producer.close(spec.timeout)
-    if written is None:
-        log.info("sink %s batch %d partition %d: committed before, skipped", spec.sink_id,
-                 batch_id, index)
-    yield TaskResult(index, written)
+
+    spec: SinkSpec
+    layout: Layout
+    batch_id: int
+    counts: Mapping[int, int]
+
+    def __call__(self, index: int, rows: Iterable[Sequence[Any]]) -> Iterator[TaskResult]:
+        """One task: one transaction of the partition's own transactional.id.
+
+        The id comes from the Spark partition, so a retried or speculative attempt of the same
+        task fences the earlier one (InitProducerId): the earlier one's open transaction is
+        aborted, its commit refused. Yields one :class:`TaskResult`.
+        """
+        spec = self.spec
+        producer = open_producer(spec, index)
+        ledger = spec.ledger(index)
+        try:
+            written = transaction(spec, producer, ledger, batch_id=self.batch_id, rows=rows,
+                                  layout=self.layout, expected=self.counts.get(index, 0))
+        finally:
+            ledger.close()
+            producer.close(spec.timeout)
+        if written is None:
+            log.info("sink %s batch %d partition %d: committed before, skipped",
+                     spec.sink_id, self.batch_id, index)
+        yield TaskResult(index, written)
