@@ -20,10 +20,12 @@ from crash_job import CRASH_EXIT
 from jobs import spark_env, start_query, write_inputs
 from pyspark import TaskContext, cloudpickle
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StringType, StructField, StructType
 
-from eosclient.errors import ConfigError, RecordTypeError
+from eosclient.errors import ConfigError, EosError, RecordTypeError
 from eosclient.spark import ExactlyOnceKafkaSink
-from eosclient.spark._task import TaskResult
+from eosclient.spark._rows import layout_of
+from eosclient.spark._task import PartitionJob, TaskResult
 from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.checker import CheckReport, Seen, compare, read_topic
@@ -222,3 +224,25 @@ def test_a_reused_sink_id_with_a_new_checkpoint_is_refused(spark: SparkSession,
         again(df, 0)  # batch ids start over: a new checkpoint
     assert caught.value.key == "sink_id"
     assert len(read_topic(noida_broker.bootstrap_servers, topic)) == 1
+
+
+def test_a_zombie_task_cannot_commit_after_its_retry(broker: RunningBroker,
+                                                     unique_name: Names) -> None:
+    topic = topics.create_topic(broker, unique_name("out"), 1)
+    sink = ExactlyOnceKafkaSink(bootstrap_servers=broker.bootstrap_servers, topic=topic,
+                                mode="partitioned", sink_id=unique_name("sink"), chunk_size=1)
+    layout = layout_of(StructType([StructField("value", StringType())]), topic)
+    job = PartitionJob(sink._spec, layout, 0, {0: 4})
+    rows = [("a",), ("b",), ("c",), ("d",)]
+    retry: list[TaskResult] = []
+
+    def zombie_rows() -> Iterator[tuple[str]]:
+        yield from rows[:2]
+        retry.extend(job(0, iter(rows)))  # the retry fences this attempt and commits
+        yield from rows[2:]
+
+    with pytest.raises(EosError):
+        list(job(0, zombie_rows()))
+    assert retry == [TaskResult(0, 4)]
+    assert [r.value for r in read_topic(broker.bootstrap_servers, topic)] == [b"a", b"b", b"c",
+                                                                             b"d"]
