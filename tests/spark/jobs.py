@@ -28,6 +28,7 @@ def build_session(app: str) -> SparkSession:
     os.environ.update(spark_env())
     session = (SparkSession.builder.master(MASTER).appName(app)
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.driver.bindAddress", "127.0.0.1")
