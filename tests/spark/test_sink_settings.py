@@ -18,10 +18,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from eosclient._core.partitioner import partition_for
 from eosclient.errors import ConfigError, RecordTypeError
 from eosclient.spark import ExactlyOnceKafkaSink
 from eosclient.spark._ledger import Decision, decide, ledger_group
-from eosclient.spark._rows import chunks, layout_of
+from eosclient.spark._rows import Prepare, chunks, layout_of
 
 pytestmark = pytest.mark.spark
 
@@ -153,3 +154,16 @@ def test_the_ledger_decides_write_skip_or_refuse() -> None:
 def test_ledger_groups_are_reserved_per_sink_and_partition() -> None:
     assert ledger_group("orders") == "orders.eosclient-sink"
     assert ledger_group("orders", 3) == "orders.eosclient-sink.p3"
+
+
+def test_prepare_places_keyed_records_as_the_producer_would() -> None:
+    layout = layout_of(schema(value=StringType(), key=StringType()), "out")
+    [chunk] = Prepare(layout, 10, 4)([("a", "k1"), ("b", None), ("c", "k1")])
+    assert chunk.groups == {("out", partition_for(b"k1", 4)): ([b"k1", b"k1"], [b"a", b"c"]),
+                            ("out", None): ([None], [b"b"])}  # keyless: sticky, on the driver
+
+
+def test_prepare_hands_a_bad_row_to_the_driver_as_an_error() -> None:
+    layout = layout_of(schema(value=StringType(), topic=StringType()), None)
+    [bad] = Prepare(layout, 10, None)([("v", None)])
+    assert bad.rows == 0 and bad.error is not None and "null topic" in bad.error

@@ -36,9 +36,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from eosclient._core.partitioner import partition_for
 from eosclient.errors import RecordTypeError
 
-__all__ = ["Chunk", "Layout", "chunks", "layout_of"]
+__all__ = ["Chunk", "Layout", "Prepare", "chunks", "layout_of"]
 
 _TEXT_OR_BYTES = (StringType, BinaryType)
 Header = tuple[str, bytes | None]
@@ -65,6 +66,7 @@ class Chunk:
     groups: dict[tuple[str, int | None], tuple[list[bytes | None], list[bytes | None]]]
     singles: list[tuple[str, int | None, bytes | None, bytes | None, list[Header]]]
     rows: int
+    error: str | None = None  # a RecordTypeError on an executor, raised again on the driver
 
 
 def layout_of(schema: StructType, topic: str | None) -> Layout:
@@ -104,6 +106,52 @@ def chunks(rows: Iterable[Sequence[Any]], layout: Layout, size: int) -> Iterator
         if not block:
             return
         yield convert(block)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepare:
+    """Rows to placed chunks, run by Spark on the executors (atomic mode), so the driver gets
+    chunks of bytes instead of rows: with a sink topic of ``partitions`` partitions, keyed
+    records are given their partition there (murmur2, as the producer would), so the driver
+    only encodes and sends."""
+
+    layout: Layout
+    size: int
+    partitions: int | None
+
+    def __call__(self, rows: Iterable[Sequence[Any]]) -> Iterator[Chunk]:
+        try:
+            for chunk in chunks(rows, self.layout, self.size):
+                yield _placed(chunk, self.partitions) if self.partitions else chunk
+        except RecordTypeError as exc:  # Spark would retry the task, then lose the type
+            yield Chunk({}, [], 0, str(exc))
+
+
+def _placed(chunk: Chunk, count: int) -> Chunk:
+    """``chunk`` with its keyed records of unplaced groups grouped by their partition."""
+    groups: dict[tuple[str, int | None], tuple[list[bytes | None], list[bytes | None]]] = {}
+    for (topic, partition), (keys, values) in chunk.groups.items():
+        if partition is not None:
+            _extend(groups, (topic, partition), [keys], [values])
+            continue
+        for key, value in zip(keys, values, strict=True):
+            where = (topic, None if key is None else partition_for(key, count))
+            found = groups.get(where)
+            if found is None:
+                groups[where] = ([key], [value])
+            else:
+                found[0].append(key)
+                found[1].append(value)
+    return Chunk(groups, chunk.singles, chunk.rows)
+
+
+def _extend(groups: dict[tuple[str, int | None], tuple[list[bytes | None], list[bytes | None]]],
+            where: tuple[str, int | None], keys: list[list[bytes | None]],
+            values: list[list[bytes | None]]) -> None:
+    found = groups.setdefault(where, ([], []))
+    for k, v in zip(keys, values, strict=True):
+        found[0].extend(k)
+        found[1].extend(v)
 
 
 def _converter(layout: Layout) -> Any:

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from eosclient._core.types import TopicPartition
+from eosclient.errors import RecordTypeError
 from eosclient.producer import TransactionalProducer
 from eosclient.spark._ledger import Decision, Ledger, decide, ledger_group
-from eosclient.spark._rows import Layout, chunks
+from eosclient.spark._rows import Chunk, Layout, chunks
 
 __all__ = ["IncompleteInputError", "PartitionJob", "SinkSpec", "TaskResult", "open_producer",
-           "transaction", "write_rows"]
+           "transaction", "write_chunks"]
 
 log = logging.getLogger("eosclient.spark")
 
@@ -84,10 +85,10 @@ def open_producer(spec: SinkSpec, partition: int | None) -> TransactionalProduce
 
 
 def transaction(spec: SinkSpec, producer: TransactionalProducer, ledger: Ledger, *,
-                batch_id: int, rows: Iterable[Sequence[Any]], layout: Layout,
-                expected: int | None = None) -> int | None:
-    """Write ``rows`` as batch ``batch_id`` in one transaction, unless the ledger says it
-    committed before; return the record count, or None when skipped.
+                batch_id: int, rows: Iterable[Chunk], expected: int | None = None,
+                ) -> int | None:
+    """Write ``rows`` (converted, in chunks) as batch ``batch_id`` in one transaction, unless
+    the ledger says it committed before; return the record count, or None when skipped.
 
     Args:
         expected: The number of rows there must be; any other count is not committed.
@@ -102,7 +103,7 @@ def transaction(spec: SinkSpec, producer: TransactionalProducer, ledger: Ledger,
         return None
     producer.begin_transaction(spec.partitions, ledger.group_id)
     ledger.record(producer, batch_id)  # the ledger entry first: it commits with the rows or not
-    written = write_rows(producer, rows, layout, spec.chunk_size)
+    written = write_chunks(producer, rows)
     if expected is not None and written != expected:
         raise IncompleteInputError(f"batch {batch_id}: {written} rows arrived of {expected}; "
                                    f"not committed")
@@ -115,12 +116,14 @@ def commit(producer: TransactionalProducer, timeout: float) -> None:
     producer.commit_transaction(timeout)
 
 
-def write_rows(producer: TransactionalProducer, rows: Iterable[Sequence[Any]], layout: Layout,
-               chunk_size: int) -> int:
-    """Send the rows in the open transaction (``send_batch`` per topic and partition, ``send``
-    for rows with headers); return how many. Delivery failures surface at commit."""
+def write_chunks(producer: TransactionalProducer, rows: Iterable[Chunk]) -> int:
+    """Send the chunks' records in the open transaction (``send_batch`` per topic and
+    partition, ``send`` for rows with headers); return how many. Delivery failures surface at
+    commit."""
     count = 0
-    for chunk in chunks(rows, layout, chunk_size):
+    for chunk in rows:
+        if chunk.error is not None:
+            raise RecordTypeError(chunk.error)
         for (topic, partition), (keys, values) in chunk.groups.items():
             keyed = keys if any(k is not None for k in keys) else None
             producer.send_batch(topic, values, keyed, partition)
@@ -154,8 +157,9 @@ class PartitionJob:
         producer = open_producer(spec, index)
         ledger = spec.ledger(index)
         try:
-            written = transaction(spec, producer, ledger, batch_id=self.batch_id, rows=rows,
-                                  layout=self.layout, expected=self.counts.get(index, 0))
+            written = transaction(spec, producer, ledger, batch_id=self.batch_id,
+                                  rows=chunks(rows, self.layout, spec.chunk_size),
+                                  expected=self.counts.get(index, 0))
         finally:
             ledger.close()
             producer.close(spec.timeout)
