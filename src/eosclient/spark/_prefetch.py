@@ -13,8 +13,6 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Generic, TypeVar
 
-from eosclient.errors import KafkaTimeoutError
-
 __all__ = ["prefetched"]
 
 T = TypeVar("T")
@@ -56,21 +54,21 @@ class _Reader(Generic[T]):
         return False
 
 
-def prefetched(items: Iterable[T], *, depth: int, timeout: float) -> Iterator[T]:
+def prefetched(items: Iterable[T], *, depth: int) -> Iterator[T]:
     """``items`` in order, read up to ``depth`` ahead on a thread.
 
+    There is no deadline on an item: how long Spark computes a partition is Spark's business
+    (its own failure detection ends a job that cannot finish). The wait checks in slices that
+    the reading thread is alive, so it cannot outlive that thread.
+
     Raises:
-        KafkaTimeoutError: no item came within ``timeout`` seconds.
         Whatever iterating ``items`` raised, when the consumer reaches that point.
     """
     reader = _Reader(items, depth)
     reader.thread.start()
     try:
         while True:
-            try:
-                item = reader.queue.get(timeout=timeout)
-            except queue.Empty:
-                raise KafkaTimeoutError(f"Spark delivered no rows for {timeout:g} s") from None
+            item = _next(reader)
             if isinstance(item, _End):
                 if item.error is not None:
                     raise item.error
@@ -78,3 +76,12 @@ def prefetched(items: Iterable[T], *, depth: int, timeout: float) -> Iterator[T]
             yield item
     finally:
         reader.stop.set()
+
+
+def _next(reader: _Reader[T]) -> T | _End:
+    while True:
+        try:
+            return reader.queue.get(timeout=_POLL)
+        except queue.Empty:
+            if not reader.thread.is_alive() and reader.queue.empty():
+                return _End(RuntimeError("the thread reading Spark's rows ended without a word"))

@@ -54,7 +54,7 @@ from eosclient.errors import ConfigError
 from eosclient.producer import TransactionalProducer
 from eosclient.spark._ledger import Ledger, ledger_group
 from eosclient.spark._prefetch import prefetched
-from eosclient.spark._rows import Prepare, layout_of
+from eosclient.spark._rows import Layout, Prepare, layout_of
 from eosclient.spark._task import (
     PartitionJob,
     SinkSpec,
@@ -195,15 +195,14 @@ class ExactlyOnceKafkaSink:
 
     # -- modes ----------------------------------------------------------------------------------
 
-    def _atomic(self, df: DataFrame, batch_id: int, layout: Any) -> BatchOutcome:
+    def _atomic(self, df: DataFrame, batch_id: int, layout: Layout) -> BatchOutcome:
         producer, ledger = self._producer, self._ledger
         assert producer is not None and ledger is not None  # _start() made them
         spec = self._spec
         count = len(spec.partitions) if spec.partitions else None
         try:  # rows converted (and placed) on the executors, chunks streamed to the driver
             rows = df.rdd.mapPartitions(Prepare(layout, spec.chunk_size, count))
-            chunks = prefetched(rows.toLocalIterator(prefetchPartitions=True), depth=4,
-                                timeout=spec.timeout)
+            chunks = prefetched(rows.toLocalIterator(prefetchPartitions=True), depth=4)
             written = transaction(spec, producer, ledger, batch_id=batch_id, rows=chunks)
         except BaseException:
             self._drop()  # closing aborts the open transaction; the next batch starts over
@@ -212,7 +211,7 @@ class ExactlyOnceKafkaSink:
             return BatchOutcome(batch_id, 0, 0, 1)
         return BatchOutcome(batch_id, written, 1, 0)
 
-    def _partitioned(self, df: DataFrame, batch_id: int, layout: Any) -> BatchOutcome:
+    def _partitioned(self, df: DataFrame, batch_id: int, layout: Layout) -> BatchOutcome:
         """Cache the batch and count each partition's rows (upstream work and its failures
         happen here, before any transaction), then one transaction per partition."""
         cached = df.persist(StorageLevel.MEMORY_AND_DISK)
@@ -229,7 +228,7 @@ class ExactlyOnceKafkaSink:
                             sum(r.records is not None for r in results),
                             sum(r.records is None for r in results))
 
-    def _task(self, layout: Any, batch_id: int, counts: dict[int, int],
+    def _task(self, layout: Layout, batch_id: int, counts: dict[int, int],
               ) -> Callable[[int, Iterable[Any]], Iterator[TaskResult]]:
         """The function each partitioned-mode task runs (pickled to the executors)."""
         return PartitionJob(self._spec, layout, batch_id, counts)
