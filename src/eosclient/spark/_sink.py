@@ -14,9 +14,9 @@ Two modes:
     One transactional.id for the sink (``sink_id``), one transaction per micro-batch, written by
     the driver. The executors convert the rows to bytes and give keyed records their partition
     (:class:`~eosclient.spark._rows.Prepare`); the chunks come to the driver partition by
-    partition with ``toLocalIterator()`` (memory bounded by a partition, not by the batch), read
-    ahead on a thread while the driver sends. A failed task fails the job before any of its
-    output reaches the driver. A micro-batch is all or nothing.
+    partition with ``toLocalIterator()`` (memory bounded by a partition, not by the batch; Spark
+    computes the next partition while the driver sends). A failed task fails the job before any
+    of its output reaches the driver. A micro-batch is all or nothing.
 ``partitioned``
     One transactional.id per Spark partition (``<sink_id>-p<n>``) and one ledger entry each;
     each task writes its partition from its executor in its own transaction. A retried or
@@ -53,7 +53,6 @@ from eosclient.consumer import ReadCommittedConsumer
 from eosclient.errors import ConfigError
 from eosclient.producer import TransactionalProducer
 from eosclient.spark._ledger import Ledger, ledger_group
-from eosclient.spark._prefetch import prefetched
 from eosclient.spark._rows import Layout, Prepare, layout_of
 from eosclient.spark._task import (
     PartitionJob,
@@ -202,8 +201,8 @@ class ExactlyOnceKafkaSink:
         count = len(spec.partitions) if spec.partitions else None
         try:  # rows converted (and placed) on the executors, chunks streamed to the driver
             rows = df.rdd.mapPartitions(Prepare(layout, spec.chunk_size, count))
-            chunks = prefetched(rows.toLocalIterator(prefetchPartitions=True), depth=4)
-            written = transaction(spec, producer, ledger, batch_id=batch_id, rows=chunks)
+            written = transaction(spec, producer, ledger, batch_id=batch_id,
+                                  rows=rows.toLocalIterator(prefetchPartitions=True))
         except BaseException:
             self._drop()  # closing aborts the open transaction; the next batch starts over
             raise
