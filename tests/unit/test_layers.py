@@ -24,7 +24,10 @@ FORBIDDEN: dict[str, tuple[set[str], set[str]]] = {
     "_producer": ({"eosclient.consumer", "eosclient.processor", "eosclient.testing"}, set()),
     "_consumer": ({"eosclient.producer", "eosclient._producer", "eosclient.consumer",
                    "eosclient.group", "eosclient.processor", "eosclient.testing"}, set()),
+    # The Spark sink sits on the public clients; nothing below it may import it (or pyspark).
+    "spark": ({"eosclient.testing", "eosclient.cli", "eosclient.processor"}, set()),
 }
+_SPARK_FREE = ("_core", "_protocol", "_net", "_producer", "_consumer", "_processor")
 
 
 def _imports(path: Path) -> set[str]:
@@ -51,6 +54,14 @@ def test_layer_imports_only_downward(layer: str) -> None:
             if top in banned_stdlib or any(name == b or name.startswith(b + ".")
                                            for b in banned_internal):
                 offences.append(f"{path.relative_to(PACKAGE)} imports {name}")
+    assert not offences, "\n".join(offences)
+
+
+@pytest.mark.parametrize("layer", _SPARK_FREE)
+def test_nothing_below_the_spark_sink_imports_it_or_pyspark(layer: str) -> None:
+    offences = [f"{path.relative_to(PACKAGE)} imports {name}"
+                for path in _modules(layer) for name in _imports(path)
+                if name.split(".")[0] == "pyspark" or name.startswith("eosclient.spark")]
     assert not offences, "\n".join(offences)
 
 

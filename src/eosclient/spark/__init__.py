@@ -1,0 +1,18 @@
+"""Spark Structured Streaming to Kafka, each micro-batch exactly once.
+
+:class:`ExactlyOnceKafkaSink` is a ``foreachBatch`` function.
+
+Needs pyspark (``pip install "eosclient[spark]"``); ``import eosclient`` never imports it. See the
+``_sink`` module for the theory of operation, and ``docs/spark.md``.
+"""
+
+from __future__ import annotations
+
+try:
+    import pyspark  # noqa: F401  (only to explain a missing dependency)
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError('eosclient.spark needs pyspark: pip install "eosclient[spark]"') from exc
+
+from eosclient.spark._sink import BatchOutcome, ExactlyOnceKafkaSink, Mode
+
+__all__ = ["BatchOutcome", "ExactlyOnceKafkaSink", "Mode"]
