@@ -1,6 +1,8 @@
 """Spark Structured Streaming to Kafka, each micro-batch exactly once.
 
-:class:`ExactlyOnceKafkaSink` is a ``foreachBatch`` function.
+:class:`ExactlyOnceKafkaSink` is a ``foreachBatch`` function;
+:class:`ReadCommittedKafkaSource` is a streaming source (``format("eosclient-kafka")``) reading
+topics with read_committed, so Kafka -> Spark -> Kafka is exactly-once without the JVM connector.
 
 Needs pyspark (``pip install "eosclient[spark]"``); ``import eosclient`` never imports it. See the
 ``_sink`` module for the theory of operation, and ``docs/spark.md``.
@@ -14,5 +16,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError('eosclient.spark needs pyspark: pip install "eosclient[spark]"') from exc
 
 from eosclient.spark._sink import BatchOutcome, ExactlyOnceKafkaSink, Mode
+from eosclient.spark._source import ReadCommittedKafkaSource
 
-__all__ = ["BatchOutcome", "ExactlyOnceKafkaSink", "Mode"]
+__all__ = ["BatchOutcome", "ExactlyOnceKafkaSink", "Mode", "ReadCommittedKafkaSource"]
