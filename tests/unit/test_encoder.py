@@ -135,6 +135,33 @@ def test_append_values_writes_the_same_bytes_as_appending_one_by_one(
         assert build(one) == build(many)
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=300)),
+                          st.one_of(st.none(), st.binary(max_size=300))), max_size=80),
+       st.one_of(st.none(), st.integers(0, 200)), st.sampled_from([600, 4096, 1 << 16]))
+def test_keyed_append_values_writes_the_same_bytes_as_appending_one_by_one(
+        records: list[tuple[bytes | None, bytes | None]], delta: int | None, limit: int) -> None:
+    keys, values = [k for k, _ in records], [v for _, v in records]
+    one, many = BatchWriter(limit=limit), BatchWriter(limit=limit)
+    if delta is not None:
+        one.append(TS - delta, b"first", b"record")
+        many.append(TS - delta, b"first", b"record")
+    appended = 0
+    while appended < len(values) and one.append(TS, keys[appended], values[appended]):
+        appended += 1
+    assert many.append_values(TS, keys, values) == appended
+    assert (many.count, many.size) == (one.count, one.size)
+    if one.count:
+        assert build(one) == build(many)
+
+
+def test_keyed_append_values_takes_long_fields_the_slow_way() -> None:
+    keys, values = [b"k", b"K" * 9000, b"k3"], [b"v1", b"v2", b"V" * 20_000]
+    writer = BatchWriter(limit=1 << 20)
+    assert writer.append_values(TS, keys, values) == 3
+    assert [(r.key, r.value) for r in decode(build(writer))] == list(zip(keys, values))
+
+
 # -- kafka-python decodes whatever it writes -------------------------------------------------
 
 _HEADERS = st.lists(st.tuples(st.text(max_size=10), st.one_of(st.none(), st.binary(max_size=20))),

@@ -219,7 +219,10 @@ class BatchWriter:
             The index after the last record appended: ``len(values)`` if all fit, else where
             the next batch starts (at least ``start + 1``: a first record always fits).
         """
-        index = start if keys is not None else self._append_run(timestamp_ms, values, start)
+        if keys is None:
+            index = self._append_run(timestamp_ms, values, start)
+        else:
+            index = self._append_keyed(timestamp_ms, keys, values, start)
         stop, append = len(values), self.append
         while index < stop and append(timestamp_ms, keys[index] if keys else None,
                                       values[index]):
@@ -253,6 +256,44 @@ class BatchWriter:
             self._parts += pieces
             self._advance(timestamp_ms, size * taken, taken)
             count, room, index = count + taken, room - size * taken, index + taken
+        return index
+
+    def _append_keyed(self, timestamp_ms: int, keys: Sequence[bytes | None],
+                      values: Sequence[bytes | None], start: int) -> int:
+        """Records from ``start`` on, as many as fit, each encoded inline from the varint table
+        (what :func:`encode_record` does, without its calls); stops at the first record it cannot
+        take this way (a field of ``_SMALL`` bytes or more, a full batch), for :meth:`append`."""
+        count = self.count
+        delta = timestamp_ms - self.base_timestamp if count else 0
+        if not 0 <= delta < _SMALL:
+            return start
+        stamp = _ZERO + _VARINT[delta + delta]
+        fixed = len(stamp) + 1  # attributes, timestamp delta; the header count
+        table, null, zero, limit, parts = _VARINT, _NULL, _ZERO, self._limit, self._parts
+        size, index, stop = self.size, start, len(values)
+        while index < stop and count < _SMALL:
+            key, value = keys[index], values[index]
+            k = -1 if key is None else len(key)
+            v = -1 if value is None else len(value)
+            if k >= _SMALL or v >= _SMALL:
+                break
+            klen, vlen, offset = table[k + k] if k >= 0 else null, \
+                table[v + v] if v >= 0 else null, table[count + count]
+            body = fixed + len(offset) + len(klen) + max(k, 0) + len(vlen) + max(v, 0)
+            if body + body >= _TABLE_SIZE:
+                break
+            length = table[body + body]
+            if count and size + len(length) + body > limit:
+                break
+            if not count:
+                self.base_timestamp = self.max_timestamp = timestamp_ms
+            parts += (length, stamp, offset, klen, key or b"", vlen, value or b"", zero)
+            size += len(length) + body
+            count += 1
+            index += 1
+        if index > start and timestamp_ms > self.max_timestamp:
+            self.max_timestamp = timestamp_ms
+        self.count, self.size = count, size
         return index
 
     def _advance(self, timestamp_ms: int, size: int, records: int) -> None:
