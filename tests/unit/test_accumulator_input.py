@@ -8,6 +8,9 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.partitioner.default import murmur2 as kafka_murmur2
 from kafka.record.memory_records import MemoryRecords
 
 from eosclient._core.accumulator import AccumulatorSettings, RecordAccumulator
@@ -143,6 +146,15 @@ JAVA_MURMUR2 = [
 def test_murmur2_matches_java(key: bytes, expected: int) -> None:
     assert murmur2(key) == expected
     assert partition_for(key, 2**31 - 1) == (expected & 0x7FFFFFFF) % (2**31 - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=600))
+def test_murmur2_matches_kafka_pythons_on_any_key(key: bytes) -> None:
+    # Our word-at-a-time version against kafka-python's byte-by-byte one (a port of Java's).
+    expected = kafka_murmur2(key)
+    assert murmur2(key) == (expected - (1 << 32) if expected & (1 << 31) else expected)
+    assert murmur2(bytearray(key)) == murmur2(memoryview(key)) == murmur2(key)
 
 
 def test_keyed_records_land_where_java_puts_them() -> None:

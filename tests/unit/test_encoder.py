@@ -159,7 +159,7 @@ def test_keyed_append_values_takes_long_fields_the_slow_way() -> None:
     keys, values = [b"k", b"K" * 9000, b"k3"], [b"v1", b"v2", b"V" * 20_000]
     writer = BatchWriter(limit=1 << 20)
     assert writer.append_values(TS, keys, values) == 3
-    assert [(r.key, r.value) for r in decode(build(writer))] == list(zip(keys, values))
+    assert [(r.key, r.value) for r in decode(build(writer))] == list(zip(keys, values, strict=True))
 
 
 # -- kafka-python decodes whatever it writes -------------------------------------------------
