@@ -35,6 +35,7 @@ asked which ids exist.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import re
 import threading
@@ -284,9 +285,8 @@ class ExactlyOnceKafkaSink:
 def _with_partitions(spec: SinkSpec, count: int) -> SinkSpec:
     topic = spec.topic
     assert topic is not None
-    partitions = tuple(TopicPartition(topic, p) for p in range(count))
-    return SinkSpec(spec.bootstrap_servers, spec.sink_id, topic, spec.anchor, partitions,
-                    spec.producer_config, spec.consumer_config, spec.timeout, spec.chunk_size)
+    return dataclasses.replace(
+        spec, partitions=tuple(TopicPartition(topic, p) for p in range(count)))
 
 
 def _check_settings(*, bootstrap_servers: object, sink_id: object, topic: object, mode: object,
