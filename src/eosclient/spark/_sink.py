@@ -245,8 +245,8 @@ class ExactlyOnceKafkaSink:
         self._id_count = 0
 
     def _start(self) -> None:
-        """On the first batch: the topic's partitions (to place keyed rows), then abort what a
-        predecessor left."""
+        """On the first batch: the topic's partitions (pre-registered, and to place keyed rows),
+        then abort what a predecessor left."""
         if self._started:
             return
         spec = self._spec

@@ -42,7 +42,7 @@ class SinkSpec:
     sink_id: str
     topic: str | None
     anchor: TopicPartition  # the real partition the ledger's offsets are kept on
-    partitions: tuple[TopicPartition, ...] | None  # the sink topic's, to place keyed rows
+    partitions: tuple[TopicPartition, ...] | None  # pre-registered at begin; keyed rows placed
     producer_config: dict[str, object]
     consumer_config: dict[str, object]
     timeout: float
@@ -101,10 +101,7 @@ def transaction(spec: SinkSpec, producer: TransactionalProducer, ledger: Ledger,
     """
     if decide(ledger.recorded(spec.timeout), batch_id, spec.sink_id) is Decision.SKIP:
         return None
-    # The ledger's group is pre-registered; output partitions are added as rows go to them:
-    # noida-db half-commits a transaction that registered a partition holding aborted records
-    # of this transactional.id and wrote nothing there (see ExactlyOnceProcessor).
-    producer.begin_transaction(None, ledger.group_id)
+    producer.begin_transaction(spec.partitions, ledger.group_id)
     ledger.record(producer, batch_id)  # the ledger entry first: it commits with the rows or not
     written = write_chunks(producer, rows)
     if expected is not None and written != expected:
