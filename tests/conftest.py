@@ -13,9 +13,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without ``--long``, the long run is deselected (not 51 skips in every summary)."""
     if config.getoption("--long"):
         return
-    skip = pytest.mark.skip(reason="the long run: pass --long to run it")
-    for item in items:
-        if "long" in item.keywords:
-            item.add_marker(skip)
+    long_run = [item for item in items if "long" in item.keywords]
+    if long_run:
+        config.hook.pytest_deselected(items=long_run)
+        items[:] = [item for item in items if "long" not in item.keywords]
