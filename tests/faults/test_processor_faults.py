@@ -8,7 +8,7 @@ silently misses fails the test. One scenario runs on Tansu, whose group join tak
 The broker faults the suite found are pinned by tests here, so a broker release that fixes one
 shows up as a failing test.
 
-The long run (>= 100,000 records per scenario and seed) is marked ``long`` and skipped unless
+The long run (>= 100,000 records per scenario and seed) is marked ``long`` and deselected unless
 pytest gets ``--long``; ``python -m eosclient.testing.scenarios`` runs the same and prints the
 scenario x seed table.
 """
