@@ -47,7 +47,11 @@ round trip per transaction on brokers that get this right, when the transform is
 
 A rebalance that revokes partitions commits the open transaction first (in ``on_revoke``); if
 that commit fails, it is aborted and every partition still assigned is rewound before the next
-poll, so no record is lost and no output is written twice.
+poll, so no record is lost and no output is written twice. Before it gives a partition up
+(rebalance or close) the processor reads back the offset it last committed there, waiting up to
+``handoff_timeout`` until the group shows it: the next owner starts from that offset, and a
+broker may apply a transaction's offsets after acknowledging its commit (Tansu 0.6 does, while
+another transaction that wrote earlier to the same output partition is open).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from typing import TypeVar
 from eosclient._core.types import TopicPartition
 from eosclient._processor.stats import ProcessorStats, StatsCounter
 from eosclient._processor.topics import partition_count
+from eosclient._processor.visible import await_committed
 from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer
 from eosclient.errors import AbortableError, EosError, KafkaTimeoutError
 from eosclient.producer import TransactionalProducer
@@ -73,6 +78,7 @@ log = logging.getLogger("eosclient.processor")
 SOURCE_HEADER = "eos.src"  # "topic/partition/offset" of the input record an output came from
 _T = TypeVar("_T")
 _COMMIT_ATTEMPTS = 3  # commit_transaction() calls (each resumes the last) before giving up
+_HANDOFF_TIMEOUT = 30.0  # seconds to wait for a revoked partition's committed offset to show
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +175,7 @@ class ExactlyOnceProcessor:
         self._counter = StatsCounter()
         self._txn: _Txn | None = None
         self._rewind = False
+        self._handed: dict[TopicPartition, int] = {}  # committed offsets the group must show
         self._declared: list[TopicPartition] | None = None
         self._producer: TransactionalProducer | None = None
         self._consumer: ReadCommittedConsumer | None = None
@@ -205,6 +212,7 @@ class ExactlyOnceProcessor:
             self._commit()
         except BaseException:
             self._abort_quietly()
+            self._handed.clear()  # closing after a failure: do not wait on the broker again
             raise
         finally:
             self._close()
@@ -303,6 +311,7 @@ class ExactlyOnceProcessor:
                     raise
                 log.warning("commit timed out (attempt %d); resuming it", attempt)
         self._txn = None
+        self._handed.update(txn.offsets)
         self._counter.committed(txn.records_in, txn.records_out)
         log.debug("committed %d in, %d out", txn.records_in, txn.records_out)
 
@@ -333,16 +342,23 @@ class ExactlyOnceProcessor:
     # -- rebalances -----------------------------------------------------------------------------
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
-        """Finish the open transaction before the group takes partitions away."""
-        if self._txn is None:
-            return
-        log.info("partitions revoked: committing the open transaction first")
-        try:
-            self._commit()
-        except AbortableError as exc:
-            log.warning("commit before revocation failed, aborting: %r", exc)
-            self._abort()
-            self._rewind = True  # partitions kept (if any) must go back to committed offsets
+        """Finish the open transaction before the group takes partitions away, and wait until
+        the group shows what was committed for them."""
+        if self._txn is not None:
+            log.info("partitions revoked: committing the open transaction first")
+            try:
+                self._commit()
+            except AbortableError as exc:
+                log.warning("commit before revocation failed, aborting: %r", exc)
+                self._abort()
+                self._rewind = True  # partitions kept (if any) must go back to committed offsets
+        handed = {tp: self._handed.pop(tp) for tp in partitions if tp in self._handed}
+        if handed and self._consumer is not None:
+            try:
+                await_committed(self._consumer, handed, _HANDOFF_TIMEOUT)
+            except EosError as exc:  # the group hands them over anyway: say what may follow
+                log.error("handing over partitions whose committed offsets the group does not "
+                          "show yet; the next owner may process records again: %r", exc)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -376,12 +392,16 @@ class ExactlyOnceProcessor:
 
     def _close(self) -> None:
         consumer, producer = self._consumer, self._producer
-        self._consumer = self._producer = None
         self._txn = None
-        if consumer is not None:
-            consumer.close()  # no transaction is open now: on_revoke has nothing to do
-        if producer is not None:
-            producer.close()
+        try:
+            if consumer is not None:  # on_revoke: no transaction to commit, offsets to await
+                consumer.close()
+        finally:
+            self._consumer = self._producer = None
+            self._handed.clear()
+            if producer is not None:
+                producer.close()
+
     @staticmethod
     def _need(value: _T | None) -> _T:
         if value is None:

@@ -20,6 +20,11 @@ written):
 The read never runs while a transaction of the same transactional.id may be open: a sink
 initialises its producer (InitProducerId aborts what a dead predecessor left open) before its
 first read, and commits or aborts each transaction before the next read.
+
+After each commit the sink reads the ledger back until it shows the batch
+(:meth:`Ledger.confirm`), and only then reports the batch done: on Apache Kafka the first read
+already does, but a broker may apply a transaction's offsets after acknowledging its commit
+(:mod:`eosclient._processor.visible`), and a task retried meanwhile would write its rows again.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from __future__ import annotations
 import enum
 
 from eosclient._core.types import TopicPartition
+from eosclient._processor.visible import await_committed
 from eosclient.consumer import ReadCommittedConsumer
-from eosclient.errors import ConfigError
+from eosclient.errors import ConfigError, KafkaTimeoutError
 from eosclient.producer import TransactionalProducer
 
 __all__ = ["Decision", "Ledger", "decide", "ledger_group"]
@@ -88,6 +94,21 @@ class Ledger:
         """
         offset = self._consumer.committed([self.anchor], timeout)[self.anchor]
         return None if offset is None else offset - 1
+
+    def confirm(self, batch_id: int, timeout: float) -> None:
+        """Wait until the ledger shows ``batch_id`` (or a later batch) as committed.
+
+        Raises:
+            KafkaTimeoutError: the committed entry did not show within ``timeout``; the batch
+                committed, but a replay of it before the entry shows would write it again.
+            EosError: the coordinator refused.
+        """
+        try:
+            await_committed(self._consumer, {self.anchor: batch_id + 1}, timeout)
+        except KafkaTimeoutError as exc:
+            raise KafkaTimeoutError(
+                f"batch {batch_id} committed, but the ledger group {self.group_id!r} does not "
+                f"show it yet ({exc}): a replay of this batch now would write it again") from exc
 
     def record(self, producer: TransactionalProducer, batch_id: int) -> None:
         """Put ``batch_id`` into the producer's open transaction (never waits)."""

@@ -95,6 +95,7 @@ def transaction(spec: SinkSpec, producer: TransactionalProducer, ledger: Ledger,
 
     Raises:
         ConfigError: the ledger is ahead of the query (a reused sink_id).
+        KafkaTimeoutError: committed, but the ledger did not show it in time.
         IncompleteInputError: the rows did not number ``expected``.
         EosError, or whatever the rows' iterator raised: the transaction is left open or
         failed; the caller closes the producer, which aborts it.
@@ -108,6 +109,7 @@ def transaction(spec: SinkSpec, producer: TransactionalProducer, ledger: Ledger,
         raise IncompleteInputError(f"batch {batch_id}: {written} rows arrived of {expected}; "
                                    f"not committed")
     commit(producer, spec.timeout)
+    ledger.confirm(batch_id, spec.timeout)  # done only once a replay would see it
     return written
 
 

@@ -1,0 +1,49 @@
+"""Wait until a group's committed offsets show what a transaction committed.
+
+On Apache Kafka a transaction's offsets are the group's once EndTxn(commit) is answered, and an
+OffsetFetch with ``require_stable`` (KIP-447) waits for the markers. A broker may instead
+acknowledge the commit and apply the offsets later, while ignoring ``require_stable``: Tansu 0.6
+applies them only after every open transaction that wrote earlier to one of the same partitions
+has ended. Whoever reads the offsets next (a replayed Spark batch reading its ledger, the
+instance the group hands a partition to) would then read the old offset and redo committed
+work. A committer that is about to hand over reads its offsets back first, with this.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from eosclient._core.types import TopicPartition
+from eosclient._net.backoff import Backoff
+from eosclient.consumer import ReadCommittedConsumer
+from eosclient.errors import KafkaTimeoutError
+
+__all__ = ["await_committed"]
+
+_BACKOFF = Backoff(0.01, 0.25)
+
+
+def await_committed(consumer: ReadCommittedConsumer, offsets: Mapping[TopicPartition, int],
+                    timeout: float) -> None:
+    """Return once the consumer's group has committed at least ``offsets`` everywhere.
+
+    Raises:
+        KafkaTimeoutError: not within ``timeout``; the message names what was read.
+        EosError: the coordinator refused.
+    """
+    deadline = time.monotonic() + timeout
+    attempt = 0
+    while True:
+        read = consumer.committed(offsets, max(deadline - time.monotonic(), 0.001))
+        behind = {tp: got for tp, offset in offsets.items()
+                  if (got := read[tp]) is None or got < offset}
+        if not behind:
+            return
+        attempt += 1
+        wait = _BACKOFF.delay(attempt)
+        if time.monotonic() + wait > deadline:
+            shown = ", ".join(f"{tp.topic}/{tp.partition}: {got} (committed {offsets[tp]})"
+                              for tp, got in sorted(behind.items()))
+            raise KafkaTimeoutError(f"committed offsets not applied after {timeout:.1f}s: {shown}")
+        time.sleep(wait)

@@ -1,0 +1,46 @@
+"""What Tansu 0.6 gets wrong about when a transaction's consumer offsets take effect.
+
+On Apache Kafka, once EndTxn(commit) is answered the offsets the transaction committed through
+TxnOffsetCommit are the group's (and an OffsetFetch with ``require_stable`` waits for the
+markers). Tansu answers EndTxn at once but applies the offsets only when every open transaction
+that wrote earlier to one of the same partitions has ended, and it ignores ``require_stable``: a
+reader sees the old offset meanwhile, even after the committer's transactional.id was
+re-initialised. The Spark sink reads its ledger back after each commit because of this
+(``Ledger.confirm``). If a Tansu release fixes it, this test fails, and the docs can say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from eosclient import ReadCommittedConsumer, TopicPartition, TransactionalProducer
+from eosclient.testing import topics
+from eosclient.testing.brokers import RunningBroker
+
+pytestmark = [pytest.mark.broker]
+
+TIMEOUT = 15.0
+
+
+def test_committed_offsets_wait_for_an_earlier_open_transaction(
+        tansu_broker: RunningBroker, unique_name: Callable[[str], str]) -> None:
+    servers = tansu_broker.bootstrap_servers
+    topic = topics.create_topic(tansu_broker, unique_name("out"), 1)
+    tp, group = TopicPartition(topic, 0), unique_name("g")
+    with TransactionalProducer(servers, transactional_id=unique_name("a")) as first, \
+            TransactionalProducer(servers, transactional_id=unique_name("b")) as second, \
+            ReadCommittedConsumer(servers, group_id=group) as reader:
+        first.init_transactions(TIMEOUT)
+        second.init_transactions(TIMEOUT)
+        first.begin_transaction()
+        first.send(topic, b"open", partition=0)
+        first.flush(TIMEOUT)
+        second.begin_transaction()
+        second.send(topic, b"committed", partition=0)
+        second.send_offsets_to_transaction({tp: 7}, group)
+        second.commit_transaction(TIMEOUT)  # answered NONE
+        assert reader.committed([tp], TIMEOUT) == {tp: None}  # Kafka: 7
+        first.commit_transaction(TIMEOUT)
+        assert reader.committed([tp], TIMEOUT) == {tp: 7}
