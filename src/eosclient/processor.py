@@ -49,9 +49,10 @@ A rebalance that revokes partitions commits the open transaction first (in ``on_
 that commit fails, it is aborted and every partition still assigned is rewound before the next
 poll, so no record is lost and no output is written twice. Before it gives a partition up
 (rebalance or close) the processor reads back the offset it last committed there, waiting up to
-``handoff_timeout`` until the group shows it: the next owner starts from that offset, and a
-broker may apply a transaction's offsets after acknowledging its commit (Tansu 0.6 does, while
-another transaction that wrote earlier to the same output partition is open).
+30 s until the group shows it: the next owner starts from that offset, and a broker may apply a
+transaction's offsets after acknowledging its commit (Tansu 0.6 does, while another transaction
+that wrote earlier to the same output partition is open). For the same reason a rewind after an
+abort never goes back past what this instance committed for a partition it still holds.
 """
 
 from __future__ import annotations
@@ -175,7 +176,9 @@ class ExactlyOnceProcessor:
         self._counter = StatsCounter()
         self._txn: _Txn | None = None
         self._rewind = False
-        self._handed: dict[TopicPartition, int] = {}  # committed offsets the group must show
+        # What this instance committed for partitions it holds: the group must show it before
+        # a partition is handed over, and a rewind never goes back past it.
+        self._committed: dict[TopicPartition, int] = {}
         self._declared: list[TopicPartition] | None = None
         self._producer: TransactionalProducer | None = None
         self._consumer: ReadCommittedConsumer | None = None
@@ -212,7 +215,7 @@ class ExactlyOnceProcessor:
             self._commit()
         except BaseException:
             self._abort_quietly()
-            self._handed.clear()  # closing after a failure: do not wait on the broker again
+            self._committed.clear()  # closing after a failure: do not wait on the broker again
             raise
         finally:
             self._close()
@@ -311,7 +314,7 @@ class ExactlyOnceProcessor:
                     raise
                 log.warning("commit timed out (attempt %d); resuming it", attempt)
         self._txn = None
-        self._handed.update(txn.offsets)
+        self._committed.update(txn.offsets)
         self._counter.committed(txn.records_in, txn.records_out)
         log.debug("committed %d in, %d out", txn.records_in, txn.records_out)
 
@@ -333,7 +336,9 @@ class ExactlyOnceProcessor:
         assigned = consumer.assignment()
         if not assigned:
             return
-        for tp, offset in consumer.committed(assigned).items():
+        for tp, shown in consumer.committed(assigned).items():
+            ours = self._committed.get(tp)  # the group may not show it yet (module docstring)
+            offset = ours if ours is not None and (shown is None or shown < ours) else shown
             if offset is None:
                 consumer.seek_to_beginning([tp])
             else:
@@ -352,7 +357,7 @@ class ExactlyOnceProcessor:
                 log.warning("commit before revocation failed, aborting: %r", exc)
                 self._abort()
                 self._rewind = True  # partitions kept (if any) must go back to committed offsets
-        handed = {tp: self._handed.pop(tp) for tp in partitions if tp in self._handed}
+        handed = {tp: self._committed.pop(tp) for tp in partitions if tp in self._committed}
         if handed and self._consumer is not None:
             try:
                 await_committed(self._consumer, handed, _HANDOFF_TIMEOUT)
@@ -398,7 +403,7 @@ class ExactlyOnceProcessor:
                 consumer.close()
         finally:
             self._consumer = self._producer = None
-            self._handed.clear()
+            self._committed.clear()
             if producer is not None:
                 producer.close()
 

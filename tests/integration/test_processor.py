@@ -195,35 +195,41 @@ def test_killed_mid_run_then_restarted(noida_broker: RunningBroker, unique_name:
 
 
 @pytest.mark.slow
-def test_copy_on_tansu_hands_over_only_applied_offsets(tansu_broker: RunningBroker,
-                                                       unique_name: Names) -> None:
+def test_copy_on_tansu_never_goes_back_past_its_own_commits(tansu_broker: RunningBroker,
+                                                            unique_name: Names) -> None:
     """Tansu applies the processor's offsets only once an earlier open transaction on its
-    output partitions ends (test_tansu_quirks.py); closing (handing the partitions over) must
-    wait for that, or the next owner would copy the records again."""
+    output partitions ends (test_tansu_quirks.py). Meanwhile a rewind after an abort must not
+    go back to the offsets the group shows (it would copy committed records again), and
+    closing (handing the partitions over) must wait until the group shows them."""
     servers = tansu_broker.bootstrap_servers
-    source, sink = fill(tansu_broker, unique_name, 100)
-    copier = processor(servers, source, sink, unique_name)
+    source, sink = fill(tansu_broker, unique_name, 150)
     results: list[object] = []
-    with TransactionalProducer(servers, transactional_id=unique_name("other")) as other:
+    with TransactionalProducer(servers, transactional_id=unique_name("other")) as other, \
+            KafkaProxy(tansu_broker.host, tansu_broker.port) as proxy:
         other.init_transactions(15)
         other.begin_transaction()
         for partition in range(PARTITIONS):
             other.send(sink, b"other", partition=partition)
         other.flush(15)
+        # The second transaction fails after the first committed: abort, rewind.
+        rule = proxy.add_rule(Rule(api_key=ApiKey.TXN_OFFSET_COMMIT, nth=2,
+                                   action=RewriteError(22)))  # ILLEGAL_GENERATION (KIP-447)
+        copier = processor(proxy.bootstrap_servers, source, sink, unique_name)
         runner = threading.Thread(target=lambda: results.append(
-            copier.run(max_records=100, timeout=90)))
+            copier.run(max_records=150, timeout=90)))
         runner.start()
         deadline = time.monotonic() + 90
-        while copier.stats.records_in < 100 and time.monotonic() < deadline:
+        while copier.stats.records_in < 150 and time.monotonic() < deadline:
             time.sleep(0.1)
         runner.join(1.5)
         assert runner.is_alive(), "closed before the group showed its offsets"
         other.abort_transaction(15)  # ends it: Tansu applies the processor's offsets now
         runner.join(30)
     [stats] = results
-    assert stats.records_in == 100  # type: ignore[attr-defined]
+    assert rule.fired == 1 and stats.transactions_aborted == 1  # type: ignore[attr-defined]
+    assert stats.records_in == 150  # type: ignore[attr-defined]
     with ReadCommittedConsumer(servers, group_id=copier.group_id) as reader:
         committed = reader.committed([TopicPartition(source, p) for p in range(PARTITIONS)], 15)
-    assert sum(offset or 0 for offset in committed.values()) == 100
+    assert sum(offset or 0 for offset in committed.values()) == 150
     report = check(servers, source, sink)
     assert report.ok, str(report)

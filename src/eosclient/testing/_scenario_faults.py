@@ -17,7 +17,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from eosclient.consumer import ConsumerRecord
 from eosclient.errors import ApiKey
+from eosclient.processor import OutputRecord
 from eosclient.testing._scenario_run import Child, Run, Worker
 from eosclient.testing.proxy import (
     Action,
@@ -37,6 +39,8 @@ _KILL_HOLD: Final = 0.5  # a Produce or EndTxn held this long: the child is kill
 _CHILD_STARTS: Final = 5  # copies started after the kills, each after the last one failed
 _RESTART_HOLD: Final = 1.0  # the next transaction's registration, held while the broker restarts
 _ZOMBIE_HOLD: Final = 3.0  # the paused instance's Produce is held this long
+# Seconds of transform time for the whole input (rebalance), by broker: Tansu's joins take ~23 s.
+_REBALANCE_PACE: Final = {"noida": 4.0, "tansu": 90.0}
 _COORDINATOR_APIS: Final = (ApiKey.INIT_PRODUCER_ID,
                             ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN,
                             ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT, ApiKey.HEARTBEAT,
@@ -236,6 +240,42 @@ def zombie(run: Run, deadline: float) -> None:
         _finish(run, [w for w in (new, old) if w is not None], deadline)
 
 
+def rebalance(run: Run, deadline: float) -> None:
+    """Instances with their own transactional.ids join the group one by one while the others
+    copy (at a seeded 10-30% and 40-60% of the input): each join revokes every partition
+    (eager), so each member commits its open transaction and waits until the group shows the
+    offsets before the partitions change hands. A join counts once the new instance committed
+    records. The copy is paced (``_REBALANCE_PACE`` seconds of transform for the whole input,
+    shared by the instances) and heartbeats are frequent, so that joins land mid-stream."""
+    pause = _REBALANCE_PACE.get(run.broker.kind, 4.0) / max(run.records, 1)
+
+    def paced(records: list[ConsumerRecord]) -> list[OutputRecord]:
+        time.sleep(pause * len(records))
+        return [OutputRecord(r.value, r.key, source=r) for r in records]
+
+    def start(n: int) -> Worker:
+        return run.worker(transactional_id=f"{run.transactional_id}-{n}", batch_fn=paced,
+                          consumer_config={"heartbeat.interval.ms": 200})
+
+    workers = [start(0)]
+
+    def alive() -> bool:
+        return all(w.alive for w in workers)
+
+    try:
+        for n, (low, high) in enumerate(((0.1, 0.3), (0.4, 0.6)), start=1):
+            if not run.wait_progress(run.rng.uniform(low, high), deadline, alive):
+                break
+            workers.append(start(n))
+            while alive() and time.monotonic() < deadline and run.progress() < 1.0:
+                if workers[-1].records_in > 0:
+                    run.fault("join")
+                    break
+                time.sleep(0.05)
+    finally:
+        _finish(run, workers, deadline)
+
+
 def random_aborts(run: Run, deadline: float) -> None:
     """Seeded abortable errors on Produce, TxnOffsetCommit and EndTxn."""
     _with_rules(run, deadline, "abortable", _ABORTABLE, _fault_count(run))
@@ -252,5 +292,6 @@ DRIVERS: Final[dict[str, Driver]] = {
     "delay-end-txn": delay_end_txn,
     **{f"error-{code}": error(code) for code in ERROR_FAULTS},
     "zombie": zombie,
+    "rebalance": rebalance,
     "random-aborts": random_aborts,
 }

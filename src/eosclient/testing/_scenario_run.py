@@ -40,7 +40,7 @@ from typing import Final
 from eosclient._core.types import TopicPartition
 from eosclient.consumer import ReadCommittedConsumer
 from eosclient.errors import EosError
-from eosclient.processor import ExactlyOnceProcessor, ProcessorStats
+from eosclient.processor import BatchTransform, ExactlyOnceProcessor, ProcessorStats
 from eosclient.producer import TransactionalProducer
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.checker import CheckReport, check
@@ -150,21 +150,31 @@ class Run:
     # -- processors ---------------------------------------------------------------------------
 
     def processor(self, *, direct: bool = False, transactional_id: str | None = None,
-                  producer_config: Mapping[str, object] | None = None) -> ExactlyOnceProcessor:
-        """A processor of this run, through the proxy unless ``direct``."""
+                  producer_config: Mapping[str, object] | None = None,
+                  consumer_config: Mapping[str, object] | None = None,
+                  batch_fn: BatchTransform | None = None) -> ExactlyOnceProcessor:
+        """A processor of this run, through the proxy unless ``direct``; the configs add to
+        the run's."""
         servers = self.broker.bootstrap_servers if direct else self.proxy.bootstrap_servers
         return ExactlyOnceProcessor(
             bootstrap_servers=servers, input_topics=[self.input_topic],
             output_topic=self.output_topic, group_id=self.group,
             transactional_id=transactional_id or self.transactional_id,
             max_records_per_transaction=self.max_records_per_transaction,
-            commit_interval_ms=100,
+            commit_interval_ms=100, batch_fn=batch_fn,
             producer_config={**self.producer_config, **(producer_config or {})},
-            consumer_config=self.consumer_config)
+            consumer_config={**self.consumer_config, **(consumer_config or {})})
 
-    def worker(self, *, direct: bool = False, restart: bool = True) -> Worker:
-        """Start a :class:`Worker` whose processors this run builds."""
-        return Worker(lambda: self.processor(direct=direct), self.tally, restart=restart)
+    def worker(self, *, direct: bool = False, restart: bool = True,
+               transactional_id: str | None = None,
+               consumer_config: Mapping[str, object] | None = None,
+               batch_fn: BatchTransform | None = None) -> Worker:
+        """Start a :class:`Worker` whose processors this run builds (another instance of the
+        group when given its own ``transactional_id``)."""
+        return Worker(lambda: self.processor(direct=direct, transactional_id=transactional_id,
+                                             consumer_config=consumer_config,
+                                             batch_fn=batch_fn),
+                      self.tally, restart=restart)
 
     def child(self) -> Child:
         """Start ``eosclient copy`` for this run, through the proxy."""
@@ -249,6 +259,12 @@ class Worker:
     def alive(self) -> bool:
         """Whether the thread still runs processors."""
         return self._thread.is_alive()
+
+    @property
+    def records_in(self) -> int:
+        """Input records the current processor committed (0 before it has one)."""
+        with self._lock:
+            return self._current.stats.records_in if self._current is not None else 0
 
     def stop(self, timeout: float = _JOIN) -> None:
         """Stop the running processor (it commits what it holds) and join the thread."""

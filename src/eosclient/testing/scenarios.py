@@ -132,6 +132,8 @@ SCENARIOS: Final[dict[str, Scenario]] = {s.name: s for s in (
               aborts="none"),
     _scenario("zombie", "pause an instance, start another with the same transactional.id, "
               "resume the first", fenced=True),
+    _scenario("rebalance", "two more instances (own transactional.ids) join the group "
+              "mid-copy: partitions change hands twice"),
     _scenario("random-aborts", "seeded abortable errors on Produce, TxnOffsetCommit, EndTxn",
               aborts="some"),
 )}
