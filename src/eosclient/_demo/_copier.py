@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
-from eosclient.testing.brokers import _die_with_parent
+from eosclient._process import die_with_parent
 
 __all__ = ["CopierCounts", "CopierProcess", "counted"]
 
@@ -65,7 +65,7 @@ class CopierProcess:
             stderr=subprocess.STDOUT, text=True, bufsize=1,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             start_new_session=True,  # the terminal's Ctrl-C is the demo's to handle
-            preexec_fn=_die_with_parent)  # noqa: PLW1509 - only a prctl() call
+            preexec_fn=die_with_parent)  # noqa: PLW1509 - only a prctl() call
         self._reader = threading.Thread(target=self._read, name=f"copier-{self._proc.pid}",
                                         daemon=True)
         self._reader.start()

@@ -29,14 +29,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import shlex
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections import deque
@@ -45,6 +43,7 @@ from types import TracebackType
 from typing import Final, Self
 
 from eosclient._net.blocking import BlockingConnection
+from eosclient._process import die_with_parent
 from eosclient.errors import EosError
 from eosclient.testing._broker_kinds import (
     LOOPBACK,
@@ -69,7 +68,6 @@ BROKER_KINDS: Final[tuple[BrokerKind, ...]] = ("noida", "tansu")
 
 _PORT_ATTEMPTS: Final = 5
 _POLL_INTERVAL: Final = 0.02
-_PR_SET_PDEATHSIG: Final = 1  # from <linux/prctl.h>
 _PROBE_TIMEOUT: Final = 1.0
 _KILL_WAIT: Final = 5.0
 # What each broker logs when its port is taken: noida-db "port N is already in use";
@@ -406,24 +404,8 @@ def _spawn(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
             env=env,
             start_new_session=True,
             # Safe with threads here: the hook only calls a C function resolved before the fork.
-            preexec_fn=_die_with_parent,  # noqa: PLW1509
+            preexec_fn=die_with_parent,  # noqa: PLW1509
         )
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: ask Linux to SIGTERM the broker when its parent dies.
-
-    The broker runs in a session of its own (so stopping its group cannot hit the parent), which
-    also means a parent killed by SIGKILL or a test runner's hard timeout leaves it running, and
-    atexit never runs then. PR_SET_PDEATHSIG closes that gap where the kernel offers it. Linux
-    sends the signal when the *thread* that started the broker exits, so start brokers from a
-    thread that outlives them (the main thread, as fixtures and the CLI do).
-    """
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
-_prctl = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
 
 
 def _wait_until_ready(proc: subprocess.Popen[bytes], port: int, deadline: float) -> None:
