@@ -19,7 +19,10 @@ Failures, by kind (see :mod:`eosclient.errors`):
 
 * :class:`~eosclient.errors.AbortableError`: the transaction is aborted, every assigned
   partition is rewound to its committed offset (read with ``require_stable``), and the loop goes
-  on: the same records are processed again in a new transaction.
+  on: the same records are processed again in a new transaction, after a backoff that grows
+  with each abort in a row (0, then 50 ms doubling up to 2 s). After ``max_consecutive_aborts``
+  (10) in a row ``run()`` raises the last error: a record the broker always refuses
+  (MESSAGE_SIZE_TOO_LARGE) or a topic the producer may not write would otherwise loop for ever.
 * :class:`~eosclient.errors.FencedError` (another instance owns the transactional.id) and
   :class:`~eosclient.errors.FatalError`: the producer and consumer are closed and ``run()``
   raises. The processor does not rejoin on its own: a fenced instance is a zombie, and the
@@ -65,6 +68,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from eosclient._core.types import TopicPartition
+from eosclient._net.backoff import Backoff
 from eosclient._processor.stats import ProcessorStats, StatsCounter
 from eosclient._processor.topics import partition_count
 from eosclient._processor.visible import await_committed
@@ -80,6 +84,7 @@ SOURCE_HEADER = "eos.src"  # "topic/partition/offset" of the input record an out
 _T = TypeVar("_T")
 _COMMIT_ATTEMPTS = 3  # commit_transaction() calls (each resumes the last) before giving up
 _HANDOFF_TIMEOUT = 30.0  # seconds to wait for a revoked partition's committed offset to show
+_ABORT_BACKOFF = Backoff(0.05, 2.0)  # before the n-th retry after aborts in a row (none at 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +143,9 @@ class ExactlyOnceProcessor:
             there anyway) but noida-db 0.2.3 answers with INVALID_TXN_STATE (fatal) once such
             a partition holds aborted records of this transactional.id, after committing the
             other partitions (module docstring). The consumer group is always pre-registered.
+        max_consecutive_aborts: ``run()`` raises the last error once this many transactions in
+            a row were aborted (None: retry for ever). Between them it waits, from 0 after the
+            first abort up to 2 s.
         producer_config: Producer settings by Kafka's dotted key.
         consumer_config: Consumer settings by Kafka's dotted key (``auto.offset.reset``
             defaults to ``earliest`` here, and ``group.instance.id`` to ``transactional_id``:
@@ -152,10 +160,13 @@ class ExactlyOnceProcessor:
                  fn: Transform | None = None, batch_fn: BatchTransform | None = None,
                  max_records_per_transaction: int = 500, commit_interval_ms: int = 100,
                  preregister_partitions: bool = False,
+                 max_consecutive_aborts: int | None = 10,
                  producer_config: Mapping[str, object] | None = None,
                  consumer_config: Mapping[str, object] | None = None) -> None:
         if fn is not None and batch_fn is not None:
             raise ValueError("give fn or batch_fn, not both")
+        if max_consecutive_aborts is not None and max_consecutive_aborts < 1:
+            raise ValueError("max_consecutive_aborts must be >= 1, or None (never give up)")
         if isinstance(input_topics, str) or not input_topics:
             raise ValueError("input_topics must be a non-empty list of topic names")
         if max_records_per_transaction < 1 or commit_interval_ms < 0:
@@ -176,6 +187,8 @@ class ExactlyOnceProcessor:
         self._counter = StatsCounter()
         self._txn: _Txn | None = None
         self._rewind = False
+        self._max_aborts = max_consecutive_aborts
+        self._aborts_in_row = 0  # aborted transactions since the last commit
         # What this instance committed for partitions it holds: the group must show it before
         # a partition is handed over, and a rewind never goes back past it.
         self._committed: dict[TopicPartition, int] = {}
@@ -204,6 +217,8 @@ class ExactlyOnceProcessor:
             FencedError: another instance took over the transactional.id; clients closed.
             FatalError: e.g. not authorised; clients closed.
             KafkaTimeoutError: init or a commit did not finish in time; clients closed.
+            AbortableError: ``max_consecutive_aborts`` transactions in a row failed (the last
+                one's error, with a note); clients closed.
             Whatever ``fn``/``batch_fn`` raised, after aborting its transaction.
         """
         self._stop.clear()
@@ -314,15 +329,29 @@ class ExactlyOnceProcessor:
                     raise
                 log.warning("commit timed out (attempt %d); resuming it", attempt)
         self._txn = None
+        self._aborts_in_row = 0
         self._committed.update(txn.offsets)
         self._counter.committed(txn.records_in, txn.records_out)
         log.debug("committed %d in, %d out", txn.records_in, txn.records_out)
 
     def _recover(self, exc: AbortableError) -> None:
-        """Abort the failed transaction and rewind to the committed offsets."""
+        """Abort the failed transaction and rewind to the committed offsets, after a backoff
+        that grows with each abort in a row.
+
+        Raises:
+            AbortableError: ``exc``, once ``max_consecutive_aborts`` transactions in a row
+                failed (a record the broker always refuses, a topic not authorised: retrying
+                cannot help), with a note saying so.
+        """
         log.warning("transaction failed, aborting and rewinding: %r", exc)
         self._abort()
+        self._aborts_in_row += 1
+        if self._max_aborts is not None and self._aborts_in_row >= self._max_aborts:
+            exc.add_note(f"ExactlyOnceProcessor gave up: {self._aborts_in_row} transactions in "
+                         f"a row were aborted (max_consecutive_aborts)")
+            raise exc
         self._rewind_to_committed()
+        self._stop.wait(_ABORT_BACKOFF.delay(self._aborts_in_row - 1))
 
     def _abort(self) -> None:
         if self._txn is not None:  # every transaction begun is tracked, failed ones included

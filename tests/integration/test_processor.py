@@ -26,11 +26,11 @@ from eosclient import (
     TopicPartition,
     TransactionalProducer,
 )
-from eosclient.errors import ApiKey, FatalError
+from eosclient.errors import AbortableError, ApiKey, FatalError
 from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.checker import check
-from eosclient.testing.proxy import KafkaProxy, RewriteError, Rule
+from eosclient.testing.proxy import ErrorResponse, KafkaProxy, RewriteError, Rule
 
 pytestmark = pytest.mark.broker
 
@@ -130,6 +130,26 @@ def test_an_abortable_commit_is_redone(noida_broker: RunningBroker, unique_name:
     assert stats.records_in == 200
     report = check(noida_broker.bootstrap_servers, source, sink)
     assert report.ok, str(report)
+
+
+def test_a_transaction_that_always_fails_gives_up_after_max_consecutive_aborts(
+        noida_broker: RunningBroker, unique_name: Names) -> None:
+    source, sink = fill(noida_broker, unique_name, 20)
+    with KafkaProxy(noida_broker.host, noida_broker.port) as proxy:
+        # A record the broker always refuses: retrying cannot help.
+        proxy.add_rule(Rule(api_key=ApiKey.PRODUCE, action=ErrorResponse(10),  # too large
+                            times=None))
+        copier = processor(proxy.bootstrap_servers, source, sink, unique_name,
+                           max_consecutive_aborts=3)
+        with pytest.raises(AbortableError, match="MESSAGE_SIZE_TOO_LARGE") as failed:
+            copier.run(timeout=30)
+    assert "3 transactions in a row were aborted" in "".join(failed.value.__notes__)
+    stats = copier.stats
+    assert (stats.transactions_aborted, stats.transactions_committed) == (3, 0)
+    with ReadCommittedConsumer(noida_broker.bootstrap_servers, group_id=copier.group_id) as r:
+        assert set(r.committed([TopicPartition(source, p) for p in range(PARTITIONS)],
+                               15).values()) == {None}
+    assert check(noida_broker.bootstrap_servers, source, sink).totals.lost == 20
 
 
 @pytest.mark.parametrize("preregister", [False, pytest.param(True, marks=pytest.mark.xfail(
