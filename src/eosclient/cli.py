@@ -135,6 +135,9 @@ def add_copy_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument("--bootstrap-servers", required=True, help="host:port[,host:port]")
     parser.add_argument("--max-records-per-transaction", type=int, default=500)
     parser.add_argument("--commit-interval-ms", type=int, default=100)
+    parser.add_argument("--max-consecutive-aborts", type=int, default=10,
+                        help="give up after this many aborted transactions in a row (10); "
+                        "0: never")
     parser.add_argument("--max-records", type=int, help="stop after this many input records")
     parser.add_argument("--idle-timeout", type=float, help="stop after this long without records")
     parser.add_argument("--progress-interval", type=float, default=1.0,
@@ -162,6 +165,7 @@ def _copy(args: argparse.Namespace) -> int:
             transactional_id=args.transactional_id,
             max_records_per_transaction=args.max_records_per_transaction,
             commit_interval_ms=args.commit_interval_ms,
+            max_consecutive_aborts=args.max_consecutive_aborts or None,
             consumer_config=_properties(args.consumer_property),
             producer_config=_properties(args.producer_property))
     except ValueError as exc:

@@ -71,4 +71,7 @@ def test_copy_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
                  "t", "--bootstrap-servers", "127.0.0.1:1", "--max-records-per-transaction",
                  "0"]) == 2
     assert main(["copy", "--input", "a", "--output", "b", "--group", "g", "--transactional-id",
+                 "t", "--bootstrap-servers", "127.0.0.1:1", "--max-consecutive-aborts",
+                 "-1"]) == 2
+    assert main(["copy", "--input", "a", "--output", "b", "--group", "g", "--transactional-id",
                  "t", "--bootstrap-servers", "127.0.0.1:1", "--consumer-property", "nokey"]) == 2
