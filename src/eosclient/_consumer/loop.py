@@ -88,17 +88,26 @@ class IoLoop(IoThread):
         """Wait (under the lock) until ``ready()``, calling ``check()`` (which raises to stop
         waiting) before each wait.
 
+        The I/O thread is woken once, for what the caller asked of it just before; after that
+        it runs by itself (answers, timers) and notifies after every step. Waking it again at
+        each of those notifications would make the two threads wake each other without end,
+        spinning two cores until the answer comes (and on a small machine starving the broker
+        that is to send it).
+
         Raises:
             KafkaTimeoutError: ``deadline`` passed first (chained from ``cause()``); the work
                 it waited for may still complete.
         """
+        woken = False
         while not ready():
             check()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise KafkaTimeoutError(f"{what} did not finish in time; the consumer is "
                                         "unchanged") from (cause() if cause else None)
-            self.wake()
+            if not woken:
+                self.wake()
+                woken = True
             self.changed.wait(remaining)
 
     def check_alive(self) -> None:
