@@ -224,6 +224,21 @@ class ProxyProcess:
         return int(line)
 
 
+# --- command lines ------------------------------------------------------------------------------
+
+
+def fill_defaults(args: Any, defaults: dict[str, Any]) -> None:
+    """Give every option in ``defaults`` that the command line left at None its default."""
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+
+
+def progress(message: str) -> None:
+    """One progress line on stderr (the results go to stdout)."""
+    print(f"... {message}", file=sys.stderr, flush=True)
+
+
 # --- a watchdog for hung clients ----------------------------------------------------------------
 
 

@@ -152,13 +152,13 @@ def check(values: list[bytes], expected: int) -> str | None:
 def throughput(broker: RunningBroker, args: argparse.Namespace) -> list[report.Outcome]:
     """Every reader over one topic, ``--repeat`` times, interleaved."""
     topic = f"bench-{uuid.uuid4().hex[:8]}"
-    _progress(f"writing {args.transactions} transactions of {args.records} records")
+    _harness.progress(f"writing {args.transactions} transactions of {args.records} records")
     expected = write_topic(broker, topic, args.transactions, args.records)
     outcomes = [report.Outcome("throughput", report.THROUGHPUT, "records/s", key, family, label)
                 for key, family, label, _ in READERS]
     for repeat in range(args.repeat):
         for outcome, (_, _, label, read) in zip(outcomes, READERS, strict=True):
-            _progress(f"throughput: {label} (repeat {repeat + 1}/{args.repeat})")
+            _harness.progress(f"throughput: {label} (repeat {repeat + 1}/{args.repeat})")
             try:
                 with _harness.watchdog(RUN_TIMEOUT):
                     values, elapsed = read(broker.bootstrap_servers, topic, expected)
@@ -279,11 +279,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             results["outcomes"] = throughput(noida, args)
         if "modes" in args.scenario:
             for name, prove in (("noida-db, index proven", True), ("noida-db, no abort", False)):
-                _progress(f"modes: {name}")
+                _harness.progress(f"modes: {name}")
                 results["modes"][name] = modes(noida, args, prove)
     if "modes" in args.scenario:
         with start_broker("tansu") as tansu:
-            _progress("modes: Tansu")
+            _harness.progress("modes: Tansu")
             results["modes"]["Tansu"] = modes(tansu, args, True)
     return results
 
@@ -321,15 +321,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a small run")
     parser.add_argument("--json", help="also write the results here as JSON")
     args = parser.parse_args(argv)
-    for name, default in (QUICK if args.quick else DEFAULTS).items():
-        if getattr(args, name) is None:
-            setattr(args, name, default)
+    _harness.fill_defaults(args, QUICK if args.quick else DEFAULTS)
     args.scenario = args.scenario or ["throughput", "modes"]
     return args
-
-
-def _progress(message: str) -> None:
-    print(f"... {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -162,7 +162,7 @@ COPIERS: Final[list[tuple[str, str, str, Copier]]] = [
 def copies(broker: RunningBroker, args: argparse.Namespace) -> list[report.Outcome]:
     """Every copier over one input topic, ``--repeat`` times, interleaved."""
     source = f"bench-in-{uuid.uuid4().hex[:8]}"
-    _progress(f"writing {args.records} input records")
+    _harness.progress(f"writing {args.records} input records")
     fill(broker, source, args.records)
     outcomes = [report.Outcome("copy", report.THROUGHPUT, "records/s", key, family, label)
                 for key, family, label, _ in COPIERS]
@@ -170,7 +170,7 @@ def copies(broker: RunningBroker, args: argparse.Namespace) -> list[report.Outco
         for outcome, (key, _, label, copier) in zip(outcomes, COPIERS, strict=True):
             if key not in args.client:
                 continue
-            _progress(f"copy: {label} (repeat {repeat + 1}/{args.repeat})")
+            _harness.progress(f"copy: {label} (repeat {repeat + 1}/{args.repeat})")
             sink = f"bench-out-{key}-{uuid.uuid4().hex[:8]}"
             create_topic(broker, sink, PARTITIONS)
             try:
@@ -216,15 +216,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a small run")
     parser.add_argument("--json", help="also write the results here as JSON")
     args = parser.parse_args(argv)
-    for name, default in (QUICK if args.quick else DEFAULTS).items():
-        if getattr(args, name) is None:
-            setattr(args, name, default)
+    _harness.fill_defaults(args, QUICK if args.quick else DEFAULTS)
     args.client = args.client or [k for k, *_ in COPIERS]
     return args
-
-
-def _progress(message: str) -> None:
-    print(f"... {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -208,7 +208,7 @@ def run_scenario(bench: Bench, scenario: Scenario, repeats: int) -> list[report.
         for outcome, variant in zip(outcomes, scenario.variants, strict=True):
             if outcome.errors:
                 continue
-            _progress(f"{scenario.key}: {variant.label} (repeat {repeat + 1}/{repeats})")
+            _harness.progress(f"{scenario.key}: {variant.label} (repeat {repeat + 1}/{repeats})")
             try:
                 record(outcome, scenario, run_once(bench, scenario, variant, repeat))
             except Exception as exc:
@@ -224,7 +224,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start the broker (and the proxy), run the scenarios, stop everything; return the results."""
     values = [os.urandom(VALUE_SIZE) for _ in range(args.records)]
     with contextlib.ExitStack() as stack:
-        _progress("starting noida-db")
+        _harness.progress("starting noida-db")
         broker = stack.enter_context(start_broker("noida"))
         proxy = _harness.ProxyProcess(broker.host, broker.port, args.proxy_latency_ms / 1e3)
         stack.callback(proxy.stop)
@@ -290,15 +290,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a small run (~30 s)")
     parser.add_argument("--json", type=Path, help="also write the results here as JSON")
     args = parser.parse_args(argv)
-    for name, value in (QUICK if args.quick else DEFAULTS).items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
+    _harness.fill_defaults(args, QUICK if args.quick else DEFAULTS)
     args.scenario = args.scenario or ["bulk", "small", "latency"]
     return args
-
-
-def _progress(message: str) -> None:
-    print(f"... {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
