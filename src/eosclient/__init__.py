@@ -14,6 +14,7 @@ from eosclient.config import ClientConfig, ConsumerConfig, ProducerConfig
 from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer
 from eosclient.errors import (
     AbortableError,
+    CommitFailedError,
     ConfigError,
     CorruptRecordError,
     EosError,
@@ -40,6 +41,7 @@ from eosclient.producer import TransactionalProducer
 __all__ = [
     "AbortableError",
     "ClientConfig",
+    "CommitFailedError",
     "ConfigError",
     "ConsumerConfig",
     "ConsumerGroupMetadata",

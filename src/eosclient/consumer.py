@@ -32,6 +32,7 @@ from eosclient._consumer import args
 from eosclient._consumer.fetcher import Fetcher
 from eosclient._consumer.lookups import Ends
 from eosclient._consumer.loop import IoLoop, serialized
+from eosclient._consumer.membership import State
 from eosclient._consumer.partitions import (
     Assignment,
     ConsumerRecord,
@@ -44,9 +45,13 @@ from eosclient._core.types import TopicPartition
 from eosclient._net.client import NetworkClient
 from eosclient.config import ConsumerConfig
 from eosclient.errors import (
+    AbortableError,
     ApiKey,
+    CommitFailedError,
     EosError,
     IllegalStateError,
+    KafkaTimeoutError,
+    RetriableError,
     error_for,
 )
 from eosclient.group import GroupCoordinator, RebalanceCallback
@@ -57,6 +62,7 @@ __all__ = ["ConsumerRecord", "ReadCommittedConsumer"]
 log = logging.getLogger("eosclient.consumer")
 
 _LEAVE_WAIT = 5.0  # seconds close() waits for LeaveGroup at most
+_MOVED_ON = frozenset({22, 25, 27})  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS
 
 
 class _Mode(enum.Enum):
@@ -318,13 +324,23 @@ class ReadCommittedConsumer:
         For non-transactional use; inside a transaction use the producer's
         ``send_offsets_to_transaction(positions, consumer.group_metadata())``.
 
+        A rebalance does not make it fail by itself. If the group is rebalancing (a member
+        joined or left), the commit is first tried under the current generation (Kafka accepts
+        it until the rebalance completes); if the coordinator has moved on, :meth:`commit`
+        finishes the rebalance here, as :meth:`poll` would (``on_revoke`` and ``on_assign`` run
+        on this thread), then commits the offsets of the partitions this member still owns and
+        moves their positions there, so none of those records is delivered again.
+
         Raises:
-            RetriableError: REBALANCE_IN_PROGRESS: ``poll()`` (which rebalances), commit again.
-            AbortableError: ILLEGAL_GENERATION/UNKNOWN_MEMBER_ID: the partitions went to another
-                member; nothing was committed.
-            KafkaTimeoutError: not answered within ``timeout``; it may still be committed.
+            CommitFailedError: some partitions went to another member before their offsets
+                could be committed (named in ``.partitions``); the others were committed. Go
+                on polling: the new owner reads those records again.
+            KafkaTimeoutError: not answered (or the rebalance not finished) within
+                ``timeout``; it may still be committed.
             IllegalStateError: no ``group_id``, or closed.
             TypeError, ValueError: bad offsets; nothing was sent.
+            FencedError, FatalError: the group failed (another member took this
+                ``group.instance.id``, ...).
         """
         checked = None if offsets is None else args.offsets_of(offsets)
         group = self._need_group("commit()")
@@ -334,12 +350,67 @@ class ReadCommittedConsumer:
             if checked is None:
                 checked = {tp: s.position for tp, s in self._assignment.states.items()
                            if s.position is not None}
-            if self._mode is _Mode.SUBSCRIBE and not group.membership.has_generation():
-                raise error_for(ApiKey.OFFSET_COMMIT, 27, "the group is rebalancing: poll() "
-                                "to finish the rebalance, then commit again")
-            if checked:
-                group.wait_for(group.commit(checked), self._loop, deadline, "commit()",
+            if not checked:
+                return
+            grouped = self._mode is _Mode.SUBSCRIBE
+            if grouped and group.in_callback and not group.membership.has_generation():
+                raise _commit_failed(sorted(checked), kept=False)  # on_revoke: too late
+            if not grouped or group.membership.has_generation():
+                try:
+                    group.wait_for(group.commit(checked), self._loop, deadline, "commit()",
+                                   self._check_open)
+                    return
+                except (AbortableError, RetriableError) as exc:
+                    # 22 ILLEGAL_GENERATION, 25 UNKNOWN_MEMBER_ID, 27 REBALANCE_IN_PROGRESS:
+                    # the group moved on; anything else (or a commit from inside on_revoke,
+                    # which cannot rebalance again) is the caller's
+                    if not grouped or exc.code not in _MOVED_ON or group.in_callback:
+                        raise
+        self._finish_rebalance(deadline)
+        with self._lock:
+            self._check_open()
+            kept = {tp: offset for tp, offset in checked.items()
+                    if tp in self._assignment.states}
+            if kept:
+                group.wait_for(group.commit(kept), self._loop, deadline, "commit()",
                                self._check_open)
+                for tp, offset in kept.items():
+                    state = self._assignment.states.get(tp)
+                    if state is not None and (state.position or 0) < offset:
+                        state.seek(offset)  # processed already: not delivered again
+                self._loop.wake()
+        lost = sorted(set(checked) - set(kept))
+        if lost:
+            raise _commit_failed(lost, kept=bool(kept))
+
+    def _finish_rebalance(self, deadline: float) -> None:
+        """Run the rebalance steps (revoke, then assign, callbacks included) until the member is
+        STABLE again, as :meth:`poll` would; the application's thread, no lock held.
+
+        Raises:
+            KafkaTimeoutError: the group did not finish rebalancing by ``deadline``.
+            FencedError, FatalError: the membership failed.
+            Whatever a rebalance callback raised.
+        """
+        group = self._need_group("commit()")
+        while True:
+            self._rebalance()
+            with self._lock:
+                self._check_open()
+                group.membership.polled(time.monotonic())
+                if group.membership.error is not None:
+                    raise group.membership.error.with_traceback(None)
+                if group.membership.state is State.STABLE:
+                    return
+                if self._rebalance_due():
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise KafkaTimeoutError(
+                        f"commit(): group {group.group_id!r} still rebalancing "
+                        f"({group.membership.state.name}) when the timeout passed",
+                        api=ApiKey.OFFSET_COMMIT)
+                self._changed.wait(remaining)
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         """The group, generation, member id and ``group.instance.id``, for
@@ -477,3 +548,12 @@ class ReadCommittedConsumer:
         with self._lock:
             self._check_open()
             return self._fetcher.ends(tp, self._loop, deadline, self._check_open)
+
+
+def _commit_failed(lost: list[TopicPartition], *, kept: bool) -> CommitFailedError:
+    names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in lost)
+    return CommitFailedError(
+        f"a rebalance gave {names} to another member (or is giving them) before their offsets "
+        "were committed; their next owner reads them again from the last commit"
+        + (" (the offsets of the partitions this member kept were committed)" if kept else ""),
+        partitions=lost)

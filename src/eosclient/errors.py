@@ -65,7 +65,8 @@ The exception tree
     │   ├── KafkaTimeoutError           a deadline passed (also a builtin TimeoutError)
     │   └── KafkaConnectionError        a connection was refused or cut; outcome unknown
     ├── AbortableError                  the transaction is lost, the producer is fine -> abort, redo
-    │   └── EpochBumpRequiredError      KIP-360: the sequence broke; the abort bumps the epoch
+    │   ├── EpochBumpRequiredError      KIP-360: the sequence broke; the abort bumps the epoch
+    │   └── CommitFailedError           a rebalance gave partitions away before their commit
     ├── FencedError                     another instance owns the transactional.id or
     │                                   group.instance.id -> close, never retry
     ├── FatalError                      misconfiguration / protocol violation -> close, fix config
@@ -96,6 +97,7 @@ from eosclient._error_table import SUCCESS_LIKE, TABLE, ApiKey, Kind
 __all__ = [
     "AbortableError",
     "ApiKey",
+    "CommitFailedError",
     "ConfigError",
     "CorruptRecordError",
     "EosError",
@@ -185,6 +187,25 @@ class AbortableError(EosError):
 
 class EpochBumpRequiredError(AbortableError):
     """KIP-360: the partition's sequence broke; ``abort_transaction()`` also bumps the epoch."""
+
+
+class CommitFailedError(AbortableError):
+    """A consumer's ``commit()`` met a rebalance that gave some of its partitions to another
+    member: their offsets were not committed (the coordinator refuses a commit from a member
+    that no longer owns them). Offsets of the partitions this member kept were committed.
+
+    What the application does: nothing but go on polling. The records it processed from the
+    lost partitions will be read again by their new owner, from the last committed offset
+    (at-least-once, as in every Kafka client; transactions via ``ExactlyOnceProcessor`` avoid
+    that). Java's ``CommitFailedException``.
+
+    Attributes:
+        partitions: The partitions whose offsets were not committed, sorted.
+    """
+
+    def __init__(self, message: str, *, partitions: list[Any]) -> None:
+        super().__init__(message, api=ApiKey.OFFSET_COMMIT)
+        self.partitions = partitions
 
 
 class FencedError(EosError):
