@@ -150,8 +150,7 @@ class Sender(IoThread):
     def _iterate(self, answers: list[Answer]) -> float | None:
         """Dispatch answers and run one step; the next wait in seconds, None to exit."""
         self.sleeping = False
-        for answer in answers:
-            answer.on_done(answer)
+        self.client.dispatch(answers)
         if self._stopping:
             self._shut_down()
             return None
@@ -221,8 +220,7 @@ class Sender(IoThread):
         """Fail every record still queued or in flight, and close the connections."""
         closed = IllegalStateError("the producer was closed before the record was delivered")
         self._drive_core(time.monotonic())  # the core's FailUnsent for close()
-        for answer in self.client.close():
-            answer.on_done(answer)
+        self.client.dispatch(self.client.close())
         self._fail_everything(closed)
 
     def _fail_everything(self, error: EosError) -> None:
