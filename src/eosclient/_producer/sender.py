@@ -247,6 +247,7 @@ class Sender(IoThread):
         with self.lock:
             self.crashed = exc
             error = FatalError(f"the producer's I/O thread crashed: {exc!r}")
+            error.__cause__ = exc  # each failed record's future says what the bug was
             try:
                 self._fail_everything(error)
                 self.client.close()
