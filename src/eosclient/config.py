@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from eosclient._core.isolation import DEFAULT_MAX_HELD_BYTES
+from eosclient._core.limits import string_problem
 from eosclient._core.partitioner import Partitioner, default_partitioner
 from eosclient._core.records import Serializer, compression_for
 from eosclient.errors import ConfigError
@@ -71,13 +72,21 @@ def number(low: float = 0.0) -> Check:
 
 
 def text(*, optional: bool = False) -> Check:
-    """A check for a non-empty str (or None when ``optional``)."""
+    """A check for a non-empty str (or None when ``optional``) that fits a Kafka STRING.
+
+    Every text setting goes into requests as an int16-length UTF-8 string (``client.id`` in
+    every request header, the ids in InitProducerId, JoinGroup, TxnOffsetCommit...); one that
+    does not fit used to pass here and crash the I/O thread encoding its first request.
+    """
 
     def check(value: object, key: str) -> object:
         if value is None and optional:
             return None
         if not isinstance(value, str) or not value:
             raise ConfigError(f"expected a non-empty str, got {_type_name(value)}", key=key)
+        problem = string_problem(value)
+        if problem is not None:
+            raise ConfigError(problem, key=key)
         return value
 
     return check
@@ -106,6 +115,10 @@ def _servers(value: object, key: str) -> object:
         host, sep, port = item.strip().rpartition(":") if isinstance(item, str) else ("", "", "")
         if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
             raise ConfigError(f"expected 'host:port', got {item!r}", key=key)
+        try:  # what getaddrinfo does with it, on the I/O thread, at the first connect
+            host.strip("[]").encode("idna")
+        except UnicodeError as exc:
+            raise ConfigError(f"host {host!r} is not a valid host name ({exc})", key=key) from None
         servers.append(f"{host}:{int(port)}")
     return tuple(servers)
 

@@ -79,7 +79,7 @@ The exception tree
         ├── UnknownPartitionError       send() to a partition not declared at begin (ValueError)
         ├── InvalidGroupIdError         send_offsets for another group (also ValueError)
         ├── RecordTooLargeError         a record over max.request.size (also ValueError)
-        ├── RecordTypeError             a key/value/header of a type Kafka cannot carry (TypeError)
+        ├── RecordTypeError             a record field Kafka cannot carry (also TypeError)
         └── IllegalStateError           not allowed in this state (also RuntimeError)
 
 :class:`UsageError` is not a fifth kind of failure: it reports a bug in the calling code, is raised
@@ -280,7 +280,9 @@ class RecordTooLargeError(UsageError, ValueError):
 
 
 class RecordTypeError(UsageError, TypeError):
-    """A key, value, header or timestamp has a type Kafka cannot carry. Nothing was queued."""
+    """A key, value, header, topic or timestamp Kafka's wire types cannot carry: a wrong type,
+    or out of the type's range (a timestamp past int64, a topic name past an int16-length
+    string). Nothing was queued."""
 
 
 class IllegalStateError(UsageError, RuntimeError):

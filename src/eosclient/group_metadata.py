@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eosclient._core.limits import INT32_MAX, string_problem
+
 __all__ = ["ConsumerGroupMetadata"]
 
 
@@ -24,7 +26,8 @@ class ConsumerGroupMetadata:
 
     Raises:
         TypeError: a field has the wrong type.
-        ValueError: ``group_id`` is empty.
+        ValueError: ``group_id`` is empty, ``generation_id`` is past int32, or a str does not
+            fit a Kafka STRING (they go into TxnOffsetCommit, on the producer's I/O thread).
     """
 
     group_id: str
@@ -43,3 +46,10 @@ class ConsumerGroupMetadata:
             raise TypeError("member_id must be a str")
         if self.group_instance_id is not None and not isinstance(self.group_instance_id, str):
             raise TypeError("group_instance_id must be a str or None")
+        if not -1 <= self.generation_id <= INT32_MAX:
+            raise ValueError(f"generation_id must be in -1..2**31-1, got {self.generation_id}")
+        for name in ("group_id", "member_id", "group_instance_id"):
+            value = getattr(self, name)
+            problem = None if value is None else string_problem(value)
+            if problem is not None:
+                raise ValueError(f"{name} {value[:40]!r}... {problem}")

@@ -48,6 +48,7 @@ __all__ = ["TransactionalProducer"]
 log = logging.getLogger("eosclient.producer")
 
 _GRACE = 1.0  # seconds past a deadline before a caller stops waiting for the I/O thread
+_JOIN_MIN = 1.0  # seconds close() gives the stopped I/O thread to exit, even past its deadline
 _DEAD = frozenset({State.FENCED, State.FATAL, State.CLOSED})
 _PUBLIC_NAMES = {"init": "init_transactions", "commit": "commit_transaction",
                  "abort": "abort_transaction"}
@@ -117,6 +118,7 @@ class TransactionalProducer:
         # other (-1 with a serializer: every record goes through the checker).
         self._raw_limit = self._checker.fast_limit if self._checker.raw else -1
         self._closed = False
+        self._closing = False  # close() is finishing: its waits end when no broker is reachable
         if not cfg.transactional:
             self._core.init(time.monotonic(), float("inf"))  # idempotent: a producer id now
         sender.start()
@@ -375,6 +377,7 @@ class TransactionalProducer:
             try:
                 while self._sender.incomplete() and self._core.state is not State.ABORTABLE_ERROR:
                     self._sender.check_alive()
+                    self._check_reachable("flush")
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise KafkaTimeoutError(f"flush(): records still pending after "
@@ -389,9 +392,15 @@ class TransactionalProducer:
         """Finish or abort what is open, fail what is left, stop the I/O thread. Idempotent.
 
         A transaction still open is aborted (a commit in progress is resumed); an idempotent
-        producer flushes first. Failures on the way are not raised: closing always closes.
-        Called from a delivery future's callback (the I/O thread), it only stops: records still
-        pending fail with IllegalStateError.
+        producer flushes first. That takes at most ``timeout`` (default ``max.block.ms``), and
+        less when no broker is reachable: once every connect has failed for
+        ``reconnect.backoff.max.ms`` (at least 1 s), close() stops waiting, as nothing could
+        finish (a transaction left open is then aborted by the coordinator, at its timeout or
+        when the next instance of the transactional.id initialises). Records still pending
+        then fail with IllegalStateError; none is dropped without its future saying so.
+        Failures on the way are not raised: closing always closes, and the I/O thread is
+        stopped even if finishing raised. Called from a delivery future's callback (the I/O
+        thread), it only stops: records still pending fail with IllegalStateError.
         """
         seconds = args.timeout_of(timeout, self.config.max_block_ms)
         deadline = time.monotonic() + seconds
@@ -399,15 +408,22 @@ class TransactionalProducer:
             if self._closed:
                 return
             state = self._core.state
-        if not self._sender.in_io_thread():  # a future's callback cannot wait for itself
-            with contextlib.suppress(EosError):
+            self._closing = True
+        try:
+            if not self._sender.in_io_thread():  # a future's callback cannot wait for itself
                 self._finish(state, max(0.0, deadline - time.monotonic()))
-        with self._lock:
-            self._closed = True
-            self._core.close()
-            self._sender.stop()
-        self._sender.join(max(0.1, deadline - time.monotonic()))
-        self._finalizer.detach()
+        except EosError as exc:
+            log.warning("close(): %s; failing what is left", exc)
+        finally:
+            with self._lock:
+                self._closed = True
+                self._core.close()
+                self._sender.stop()
+            stopped = self._sender.join(max(_JOIN_MIN, deadline - time.monotonic()))
+            if not stopped and not self._sender.in_io_thread():
+                log.warning("close(): the I/O thread has not exited yet (a delivery callback "
+                            "still running?); it exits when that returns")
+            self._finalizer.detach()
 
     def __enter__(self) -> TransactionalProducer:
         return self
@@ -427,6 +443,15 @@ class TransactionalProducer:
             raise IllegalStateError("the producer is closed")
         self._sender.check_alive()
 
+    def _check_reachable(self, what: str) -> None:
+        """In close(), end a wait that no broker can end (call under the lock).
+
+        Raises:
+            KafkaTimeoutError: closing, and no broker has been reachable for a while.
+        """
+        if self._closing and self._sender.broker_gone(time.monotonic()):
+            raise KafkaTimeoutError(f"close(): {what} cannot finish, no broker is reachable")
+
     def _blocking(self, call: Any, timeout: float | None) -> None:
         """Run a core call that returns a Completion, and wait for it (under the lock)."""
         seconds = args.timeout_of(timeout, self.config.max_block_ms)
@@ -441,6 +466,7 @@ class TransactionalProducer:
     def _wait(self, completion: Completion, deadline: float) -> None:
         while not completion.done:
             self._sender.check_alive()
+            self._check_reachable(completion.call.value)
             remaining = deadline + _GRACE - time.monotonic()
             if remaining <= 0:
                 raise KafkaTimeoutError(f"{completion.call.value}: the deadline passed; the "

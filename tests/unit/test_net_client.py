@@ -9,16 +9,20 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from eosclient import ReadCommittedConsumer
+from eosclient._consumer import protocol as wire
+from eosclient._core.types import TopicPartition
 from eosclient._net.client import Answer, NetworkClient
 from eosclient._protocol.apis import APIS, api_for
 from eosclient._protocol.framing import FrameDecoder
 from eosclient.config import ClientConfig
-from eosclient.errors import ApiKey, KafkaConnectionError, KafkaTimeoutError
+from eosclient.errors import ApiKey, KafkaConnectionError, KafkaTimeoutError, ProtocolError
 from eosclient.testing._proxy_rules import encode_response
 
 DROP, CLOSE = "drop", "close"
@@ -313,3 +317,85 @@ def test_a_close_by_the_broker_is_told_apart_from_a_timeout(fake: Any) -> None:
     assert isinstance(timed_out.error, KafkaTimeoutError)
     assert not isinstance(timed_out.error.__cause__, EOFError)
     client.close()
+
+
+def fetch_response(topics: Any) -> Any:
+    cls = APIS[ApiKey.FETCH].response
+    return cls(throttle_time_ms=0, error_code=0, session_id=0, responses=topics,
+               node_endpoints=[])
+
+
+def null_partitions() -> Any:
+    topic = APIS[ApiKey.FETCH].response.fields["responses"].data_class
+    return [topic(topic="t", topic_id=None, partitions=None)]
+
+
+@pytest.mark.parametrize("malformed", [None, "partitions"], ids=["null-topics", "null-partitions"])
+def test_a_malformed_response_is_a_protocol_error_and_a_reconnect(
+        fake: Any, malformed: str | None, caplog: pytest.LogCaptureFixture) -> None:
+    # A Fetch answer with a null topic or partition array raised TypeError in the consumer's
+    # handler, on the I/O thread, which died: the consumer was left in FatalError for good.
+    answers = iter([fetch_response(None if malformed is None else null_partitions()),
+                    fetch_response([])])
+    broker = fake(lambda key, request: next(answers))
+    client = client_for(broker.port)
+    seen: list[Answer] = []
+
+    def handler(answer: Answer) -> None:  # what the consumer's Fetcher does first
+        seen.append(answer)
+        if answer.error is None:
+            list(wire.fetched(answer.response))
+
+    request = wire.fetch([(TopicPartition("t", 0), 0, 1024)], isolation=1, max_wait_ms=0,
+                         min_bytes=1, max_bytes=1024)
+    client.send(None, request, handler)
+    with caplog.at_level("WARNING", logger="eosclient.net"):
+        client.dispatch(run(client, 1))
+    assert [a.error is None for a in seen] == [True, False]
+    cut = seen[1].error
+    assert isinstance(cut, KafkaConnectionError)  # retried like any cut connection
+    assert isinstance(cut.__cause__, ProtocolError)
+    assert isinstance(cut.__cause__.__cause__, TypeError)
+    assert any("malformed" in r.getMessage() for r in caplog.records)
+    client.send(None, wire.fetch([], isolation=1, max_wait_ms=0, min_bytes=1, max_bytes=1),
+                handler)  # the next request goes out on a new connection and is answered
+    client.dispatch(run(client, 1))
+    assert seen[-1].error is None and broker.connections == 2
+    client.close()
+
+
+def test_a_handler_failing_on_a_failed_answer_is_a_bug_and_propagates(fake: Any) -> None:
+    client = client_for(fake(lambda key, request: CLOSE).port)
+
+    def handler(answer: Answer) -> None:
+        raise RuntimeError("bug")
+
+    client.send(None, metadata_request(), handler)
+    with pytest.raises(RuntimeError, match="bug"):
+        client.dispatch(run(client, 1))
+    client.close()
+
+
+def test_the_consumer_survives_a_malformed_fetch_answer(fake: Any) -> None:
+    # The same through the consumer's I/O thread: it died of the TypeError, and every call of
+    # the consumer raised FatalError("the consumer's I/O thread crashed") from then on.
+    fetches: list[int] = []
+
+    def script(key: ApiKey, request: Any) -> Any:
+        if key == ApiKey.METADATA:
+            return metadata_response(broker.port, {"t": 1})
+        fetches.append(1)
+        return fetch_response(null_partitions() if len(fetches) == 1 else [])
+
+    broker = fake(script)
+    consumer = ReadCommittedConsumer(f"127.0.0.1:{broker.port}",
+                                     config={"fetch.max.wait.ms": 10})
+    try:
+        consumer.assign([TopicPartition("t", 0)])
+        consumer.seek(TopicPartition("t", 0), 0)
+        deadline = time.monotonic() + 10
+        while len(fetches) < 3 and time.monotonic() < deadline:
+            assert consumer.poll(0.05) == []
+        assert len(fetches) >= 3 and broker.connections >= 2
+    finally:
+        consumer.close(1)

@@ -9,6 +9,7 @@ add_done_callback(), wait() and as_completed().
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, as_completed, wait
 from typing import Any
 
@@ -16,6 +17,8 @@ import pytest
 
 from eosclient._core.delivery import BatchOutcome, Delivered, DeliveryHandle
 from eosclient._core.types import TopicPartition
+from eosclient._net.client import NetworkClient
+from eosclient._net.io_thread import IoThread
 from eosclient._producer.results import (
     _FUTURE_FIELDS,
     DeliveryFuture,
@@ -23,7 +26,8 @@ from eosclient._producer.results import (
     RecordMetadata,
     publish,
 )
-from eosclient.errors import AbortableError
+from eosclient.config import ClientConfig
+from eosclient.errors import AbortableError, IllegalStateError
 
 TP = TopicPartition("t", 3)
 TS = 1_000
@@ -161,3 +165,54 @@ def test_batch_future_waiters_and_callbacks() -> None:
     assert done == {future} and calls == [future]
     assert isinstance(future.exception(), AbortableError)
     assert not future.cancel() and not future.cancelled()
+
+
+class _OnIoThread(IoThread):
+    """An I/O thread that runs one function (as it runs a delivery callback) and stops."""
+
+    def __init__(self, work: Callable[[], object]) -> None:
+        super().__init__(NetworkClient(ClientConfig(bootstrap_servers=("127.0.0.1:9",))), "io")
+        self.work = work
+        self.got: list[object] = []
+
+    def _run(self) -> None:
+        try:
+            self.got.append(self.work())
+        except BaseException as exc:  # what the callback saw
+            self.got.append(exc)
+        self.client.close()
+
+
+def _on_io_thread(work: Callable[[], object]) -> object:
+    thread = _OnIoThread(work)
+    thread.start()
+    assert thread.join(30)
+    return thread.got[0]
+
+
+@pytest.mark.parametrize("wait", ["result", "exception"])
+def test_waiting_for_a_pending_future_on_the_io_thread_raises_at_once(wait: str) -> None:
+    # A delivery callback calling result() of a record not yet delivered waited for the I/O
+    # thread it ran on: the producer deadlocked, and its thread outlived close().
+    record = RecordFuture(BatchOutcome(TP), 0, TS)
+    batch: DeliveryFuture[Any] = DeliveryFuture(DeliveryHandle(TS), [], False)
+    for future in (record, batch):
+        got = _on_io_thread(lambda f=future: getattr(f, wait)(5))  # type: ignore[misc]
+        assert isinstance(got, IllegalStateError), got
+        assert "deadlock" in str(got)
+
+
+def test_on_the_io_thread_done_futures_and_zero_timeouts_are_fine() -> None:
+    outcome = BatchOutcome(TP)
+    done = RecordFuture(outcome, 2, TS)
+    settle(outcome)
+    assert _on_io_thread(done.result) == RecordMetadata("t", 3, 42, TS, 1)
+    pending = RecordFuture(BatchOutcome(TP), 0, TS)
+    assert type(_on_io_thread(lambda: pending.result(0))) is TimeoutError  # only looked
+
+
+def test_other_threads_still_wait_for_a_pending_future() -> None:
+    outcome = BatchOutcome(TP)
+    future = RecordFuture(outcome, 0, TS)
+    threading.Timer(0.05, settle, (outcome,)).start()
+    assert future.result(30).offset == 40

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from eosclient._args import timeout_of
+from eosclient._core.limits import INT32_MAX, INT64_MAX, string_problem
 from eosclient._core.types import TopicPartition
 from eosclient.config import ConsumerConfig, build
 from eosclient.errors import ConfigError
@@ -23,18 +24,26 @@ def partition_of(item: object) -> TopicPartition:
 
     Raises:
         TypeError: not a (non-empty str, int) pair.
-        ValueError: the partition is negative.
+        ValueError: the partition is negative or past int32, or the topic does not fit a
+            Kafka STRING (either would fail later, encoding a request on the I/O thread).
     """
     if not (isinstance(item, tuple) and len(item) == 2):
         raise TypeError(f"expected a TopicPartition(topic, partition), got {item!r}")
     topic, partition = item
-    if type(topic) is not str or not topic:
-        raise TypeError(f"a topic must be a non-empty str, got {topic!r}")
+    _topic(topic)
     if type(partition) is not int:
         raise TypeError(f"a partition must be an int, got {partition!r}")
-    if partition < 0:
-        raise ValueError(f"a partition must be >= 0, got {item!r}")
+    if not 0 <= partition <= INT32_MAX:
+        raise ValueError(f"a partition must be in 0..2**31-1, got {item!r}")
     return TopicPartition(topic, partition)
+
+
+def _topic(name: object) -> None:
+    if type(name) is not str or not name:
+        raise TypeError(f"a topic must be a non-empty str, got {name!r}")
+    problem = string_problem(name)
+    if problem is not None:
+        raise ValueError(f"topic {name[:40]!r}... {problem}")
 
 
 def partitions_of(partitions: object) -> list[TopicPartition]:
@@ -53,14 +62,13 @@ def topics_of(topics: object) -> list[str]:
 
     Raises:
         TypeError: not an iterable of non-empty str (a bare str is refused: it would be letters).
-        ValueError: empty.
+        ValueError: empty, or a name does not fit a Kafka STRING.
     """
     if isinstance(topics, str | bytes) or not isinstance(topics, Iterable):
         raise TypeError(f"topics must be an iterable of str, e.g. ['orders'], got {topics!r}")
     names = list(dict.fromkeys(topics))
     for name in names:
-        if type(name) is not str or not name:
-            raise TypeError(f"a topic must be a non-empty str, got {name!r}")
+        _topic(name)
     if not names:
         raise ValueError("subscribe() needs at least one topic")
     return names
@@ -71,13 +79,16 @@ def offset_of(offset: object, where: object) -> int:
 
     Raises:
         TypeError: not an int.
-        ValueError: negative (Kafka's -1/-2 sentinels are seek_to_end/seek_to_beginning here).
+        ValueError: negative (Kafka's -1/-2 sentinels are seek_to_end/seek_to_beginning here),
+            or past int64.
     """
     if type(offset) is not int:
         raise TypeError(f"the offset for {where!r} must be an int, got {offset!r}")
     if offset < 0:
         raise ValueError(f"the offset for {where!r} must be >= 0, got {offset} (use "
                          "seek_to_beginning()/seek_to_end() for the ends)")
+    if offset > INT64_MAX:
+        raise ValueError(f"the offset for {where!r} must be at most 2**63-1, got {offset}")
     return offset
 
 

@@ -140,11 +140,9 @@ class IoLoop(IoThread):
     def _iterate(self, answers: list[Answer]) -> float | None:
         """Dispatch answers and step the drivers; the next wait in seconds, None to exit."""
         self.sleeping = False
-        for answer in answers:
-            answer.on_done(answer)
+        self.client.dispatch(answers)
         if self._stopping:
-            for answer in self.client.close():
-                answer.on_done(answer)
+            self.client.dispatch(self.client.close())
             self.stopped = True
             return None
         now = time.monotonic()

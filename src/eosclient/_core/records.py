@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import kafka.codec
 
 from eosclient._core.encoder import HEADER_SIZE, Header
+from eosclient._core.limits import INT64_MAX
 from eosclient.errors import (
     ConfigError,
     RecordTooLargeError,
@@ -146,6 +147,12 @@ def check_headers(headers: Sequence[tuple[str, Any]] | None) -> list[Header]:
         key, value = header
         if not isinstance(key, str):
             raise RecordTypeError(f"a header key must be str, got {type(key).__name__}")
+        if not key.isascii():  # encoded when appended, under the producer's lock: check first
+            try:
+                key.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise RecordTypeError(f"header key {key!r} cannot be encoded as UTF-8 "
+                                      f"({exc.reason})") from None
         checked.append((key, to_bytes(value, f"header {key!r} value", None)))
     return checked
 
@@ -153,14 +160,23 @@ def check_headers(headers: Sequence[tuple[str, Any]] | None) -> list[Header]:
 def check_timestamp(timestamp_ms: object) -> int:
     """``timestamp_ms`` as the int the codec needs (milliseconds since the epoch).
 
+    The range is Java's (``ProducerRecord`` refuses a negative timestamp; -1 means "none" on the
+    wire) up to int64, the batch's ``baseTimestamp``. Within it, any two records' difference
+    fits the int64 ``timestampDelta`` of a batch too, so no mix of timestamps in one batch can
+    fail to encode later, on the I/O thread (``2**63`` used to, killing the transaction).
+
     Raises:
-        RecordTypeError: it is not an int (bool is refused too).
+        RecordTypeError: it is not an int (bool is refused too), or not in ``0..2**63 - 1``.
     """
-    if type(timestamp_ms) is int:
-        return timestamp_ms
-    if isinstance(timestamp_ms, int) and not isinstance(timestamp_ms, bool):
-        return int(timestamp_ms)
-    raise RecordTypeError(f"timestamp_ms must be an int, got {type(timestamp_ms).__name__}")
+    if type(timestamp_ms) is not int:
+        if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
+            raise RecordTypeError(
+                f"timestamp_ms must be an int, got {type(timestamp_ms).__name__}")
+        timestamp_ms = int(timestamp_ms)
+    if not 0 <= timestamp_ms <= INT64_MAX:
+        raise RecordTypeError(f"timestamp_ms must be in 0..2**63-1 (ms since the epoch), got "
+                              f"{timestamp_ms}; nothing was queued")
+    return timestamp_ms
 
 
 def record_size_bound(key: bytes | None, value: bytes | None, headers: list[Header]) -> int:

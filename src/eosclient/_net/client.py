@@ -11,9 +11,20 @@ One thread (the client's owner: the producer's or consumer's I/O thread) owns a
   starting one resolves the host name, and ``getaddrinfo`` can block for seconds.
   It returns the :class:`~eosclient._net.node.Answer` of every request that finished. It never
   calls back, so no application state is touched outside the lock.
-* **Dispatch and send**, run *under* the owner's lock: the owner calls each answer's
-  ``on_done``, then sends new requests (:meth:`NetworkClient.send`) and lets the client ask for
-  metadata (:meth:`NetworkClient.maybe_update_metadata`).
+* **Dispatch and send**, run *under* the owner's lock: the owner hands the answers to
+  :meth:`NetworkClient.dispatch`, which calls each one's ``on_done``, then sends new requests
+  (:meth:`NetworkClient.send`) and lets the client ask for metadata
+  (:meth:`NetworkClient.maybe_update_metadata`).
+
+A malformed response is the broker's protocol error, never the owner's crash. Frames and
+correlation ids are checked where bytes are decoded (:mod:`eosclient._protocol.connection`); but
+kafka-python decodes what the bytes say, not what the schema allows, so a response may decode
+and still be unusable (a null topic or partition array where Kafka never sends one, a field of
+an impossible value), and that shows only when its handler reads it. :meth:`dispatch` is the one
+place every response reaches its handler, so it is where such a failure is caught: logged at
+WARNING as a :class:`~eosclient.errors.ProtocolError`, the connection closed (a broker that
+wrote one such answer cannot be trusted with the rest of its stream), and the request handed
+back to its handler as failed by that cut: outcome unknown, retried as after any other cut.
 
 Other threads only ever call :meth:`NetworkClient.wakeup`, which writes a byte to a socketpair the
 selector watches, so an application call is acted on at once instead of at the next timer.
@@ -32,6 +43,7 @@ threads and, like everything they share, is read and written only under the owne
 from __future__ import annotations
 
 import contextlib
+import logging
 import selectors
 import socket
 import time
@@ -42,9 +54,11 @@ from eosclient._net.backoff import Backoff
 from eosclient._net.metadata import Metadata
 from eosclient._net.node import Answer, NodeConnection, Phase
 from eosclient.config import ClientConfig
-from eosclient.errors import KafkaConnectionError
+from eosclient.errors import KafkaConnectionError, ProtocolError
 
 __all__ = ["Answer", "NetworkClient"]
+
+log = logging.getLogger("eosclient.net")
 
 
 class NetworkClient:
@@ -140,6 +154,39 @@ class NetworkClient:
         self._after(conn, now)
         return target
 
+    def dispatch(self, answers: list[Answer]) -> None:
+        """Call each answer's ``on_done`` (the owner's thread, under its lock).
+
+        A handler that fails on a *response* (any exception) got a malformed one: it is logged
+        at WARNING as a :class:`ProtocolError`, the node's connection is closed, and the
+        handler is called again with the answer failed by that cut (a
+        :class:`KafkaConnectionError` whose cause is the ProtocolError), as if the connection
+        had dropped before the answer came. A handler that fails on a failed answer has a bug:
+        that propagates.
+        """
+        for answer in answers:
+            if answer.error is not None:
+                answer.on_done(answer)
+                continue
+            try:
+                answer.on_done(answer)
+            except Exception as exc:  # any way a response can be unusable
+                answer.on_done(self._malformed(answer, exc))
+
+    def _malformed(self, answer: Answer, exc: Exception) -> Answer:
+        """Close the connection that sent an unusable response; the answer as failed by it."""
+        api = getattr(answer.request, "API_KEY", None)
+        name = type(answer.response).__name__
+        problem = ProtocolError(f"node {answer.node_id}: malformed {name} (v{answer.version}): "
+                                f"{exc!r}", api=api)
+        problem.__cause__ = exc
+        log.warning("%s; closing the connection and retrying", problem, exc_info=exc)
+        cut = KafkaConnectionError(f"node {answer.node_id}: closed after a malformed {name}; "
+                                   "the request's outcome is unknown", api=api)
+        cut.__cause__ = problem
+        self.close_node(answer.node_id, cut)
+        return Answer(answer.request, None, cut, answer.node_id, answer.on_done, answer.version)
+
     def maybe_update_metadata(self, now: float) -> None:
         """Send a Metadata request if one is due (call under the owner's lock)."""
         if self.metadata.due(now):
@@ -152,7 +199,7 @@ class NetworkClient:
     def poll(self, timeout: float) -> list[Answer]:
         """Wait at most ``timeout`` seconds for I/O; return the requests that finished.
 
-        Call without the owner's lock; dispatch the answers (``answer.on_done(answer)``) under it.
+        Call without the owner's lock; hand the answers to :meth:`dispatch` under it.
         """
         if self._answers:
             timeout = 0.0
@@ -194,6 +241,11 @@ class NetworkClient:
         self._wake_w.close()
         answers, self._answers = self._answers, []
         return answers
+
+    def reachable(self) -> bool:
+        """Whether a broker looks reachable: a connection is ready, or no connect has failed
+        since the last one was (nothing tried yet counts as reachable)."""
+        return any(c.ready for c in self._conns.values()) or not self._failures
 
     def least_loaded(self, now: float) -> int:
         """A node to send an any-broker request to: a ready one with the fewest requests in

@@ -10,10 +10,34 @@ from __future__ import annotations
 import threading
 
 from eosclient._net.client import NetworkClient
+from eosclient.errors import IllegalStateError
 
-__all__ = ["IoThread"]
+__all__ = ["IoThread", "refuse_to_block"]
 
 _JOIN_TIMEOUT = 10.0
+
+
+class _Runner(threading.Thread):
+    """The thread of an :class:`IoThread`: its type is how :func:`refuse_to_block` knows it."""
+
+
+def refuse_to_block(what: str, timeout: float | None) -> None:
+    """Refuse a wait of up to ``timeout`` seconds (None: for ever) on any eosclient I/O thread.
+
+    A callback run by the I/O thread (a delivery future's) that waits for something only that
+    thread can bring (a future not yet resolved) waits for itself: it deadlocked the producer
+    for good, and its thread outlived ``close()``. So it fails at once, as
+    ``concurrent.futures`` refuses a pool's worker waiting on its own shutdown; a wait of 0
+    only looks, and is let through.
+
+    Raises:
+        IllegalStateError: the caller is an I/O thread and would block; nothing changed.
+    """
+    if (timeout is None or timeout > 0) and isinstance(threading.current_thread(), _Runner):
+        raise IllegalStateError(
+            f"{what} would block the eosclient I/O thread it runs on (a delivery callback), "
+            "which is the thread that completes it: a deadlock. Wait in another thread, or "
+            "use done()/add_done_callback() here")
 
 
 class IoThread:
@@ -31,7 +55,7 @@ class IoThread:
         self.crashed: BaseException | None = None
         self.sleeping = False  # the thread is (about to be) waiting in poll
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
+        self._thread = _Runner(target=self._run, daemon=True, name=name)
 
     def start(self) -> None:
         """Start the thread."""
@@ -49,10 +73,17 @@ class IoThread:
         self._stopping = True
         self.client.wakeup()
 
-    def join(self, timeout: float = _JOIN_TIMEOUT) -> None:
-        """Wait for the thread to exit (call without the lock; a no-op from the thread)."""
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
+    def join(self, timeout: float = _JOIN_TIMEOUT) -> bool:
+        """Wait for the thread to exit (call without the lock; a no-op from the thread).
+
+        Returns:
+            Whether it has exited (False from the thread itself, which exits after returning).
+        """
+        if self._thread is threading.current_thread():
+            return False
+        if self._thread.is_alive():
             self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def in_io_thread(self) -> bool:
         """Whether the caller is the I/O thread (e.g. a callback it runs)."""

@@ -208,7 +208,9 @@ class NodeConnection:
             self.sock.setblocking(False)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             code = self.sock.connect_ex(target)
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode
+            # (an empty label, one over 63 characters) from a broker's Metadata: a failed
+            # connect like any other, not a crash of the I/O thread.
             self.close(_cut(self, f"cannot connect: {exc}", exc))
             return
         if code == 0:

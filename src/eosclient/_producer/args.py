@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from eosclient._args import timeout_of
+from eosclient._core.limits import INT32_MAX, INT64_MAX, string_problem
 from eosclient._core.txn import GroupMetadata
 from eosclient._core.types import TopicPartition
 from eosclient.errors import InvalidGroupIdError, RecordTypeError, UnknownPartitionError
@@ -26,29 +27,33 @@ __all__ = [
 
 
 def topic_of(topic: object) -> str:
-    """``topic`` if it is a non-empty str.
+    """``topic`` if it is a non-empty str that fits a Kafka STRING.
 
     Raises:
         RecordTypeError: it is not.
     """
     if type(topic) is not str or not topic:
         raise RecordTypeError(f"topic must be a non-empty str, got {topic!r}")
+    problem = string_problem(topic)
+    if problem is not None:
+        raise RecordTypeError(f"topic {topic[:40]!r}... {problem}")
     return topic
 
 
 def partition_of(partition: object) -> int | None:
-    """``partition`` if it is None or an int >= 0.
+    """``partition`` if it is None or an int in ``0..2**31 - 1`` (Kafka's int32).
 
     Raises:
         RecordTypeError: not an int (bool refused).
-        UnknownPartitionError: negative.
+        UnknownPartitionError: negative, or past int32 (no topic has it; as a declared
+            partition it would go into AddPartitionsToTxn and fail there, on the I/O thread).
     """
     if partition is None:
         return None
     if type(partition) is not int:
         raise RecordTypeError(f"partition must be an int or None, got {partition!r}")
-    if partition < 0:
-        raise UnknownPartitionError(f"partition must be >= 0, got {partition}")
+    if not 0 <= partition <= INT32_MAX:
+        raise UnknownPartitionError(f"partition must be in 0..2**31-1, got {partition}")
     return partition
 
 
@@ -80,7 +85,7 @@ def offsets_of(offsets: object) -> dict[TopicPartition, int]:
 
     Raises:
         TypeError: not a mapping of (topic, partition) to int.
-        ValueError: an offset is negative.
+        ValueError: an offset is negative or past int64.
     """
     if not isinstance(offsets, Mapping):
         raise TypeError(f"offsets must be a mapping of TopicPartition to int, got {offsets!r}")
@@ -88,8 +93,8 @@ def offsets_of(offsets: object) -> dict[TopicPartition, int]:
     for key, offset in offsets.items():
         if type(offset) is not int:
             raise TypeError(f"the offset of {key!r} must be an int, got {offset!r}")
-        if offset < 0:
-            raise ValueError(f"the offset of {key!r} must be >= 0, got {offset}")
+        if not 0 <= offset <= INT64_MAX:
+            raise ValueError(f"the offset of {key!r} must be in 0..2**63-1, got {offset}")
         checked[_tp(key)] = offset
     return checked
 
@@ -98,13 +103,14 @@ def group_of(group: object) -> GroupMetadata:
     """A group id or :class:`ConsumerGroupMetadata` as the core's group metadata.
 
     Raises:
-        InvalidGroupIdError: an empty group id, or neither a str nor a ConsumerGroupMetadata.
+        InvalidGroupIdError: an empty group id, or neither a str nor a ConsumerGroupMetadata,
+            or a group id that does not fit a Kafka STRING.
     """
-    if isinstance(group, ConsumerGroupMetadata):
+    if isinstance(group, ConsumerGroupMetadata):  # its fields were checked when it was made
         return GroupMetadata(group.group_id, group.generation_id, group.member_id,
                              group.group_instance_id)
     if isinstance(group, str) and group:
-        return GroupMetadata(group)
+        return GroupMetadata(_fits(group))
     raise InvalidGroupIdError(
         f"expected a group id (non-empty str) or a ConsumerGroupMetadata, got {group!r}")
 
@@ -113,12 +119,19 @@ def group_id_of(group_id: object) -> str | None:
     """A group id to pre-register (None: none).
 
     Raises:
-        InvalidGroupIdError: not a non-empty str.
+        InvalidGroupIdError: not a non-empty str that fits a Kafka STRING.
     """
     if group_id is None:
         return None
     if not isinstance(group_id, str) or not group_id:
         raise InvalidGroupIdError(f"group_id must be a non-empty str, got {group_id!r}")
+    return _fits(group_id)
+
+
+def _fits(group_id: str) -> str:
+    problem = string_problem(group_id)
+    if problem is not None:
+        raise InvalidGroupIdError(f"group id {group_id[:40]!r}... {problem}")
     return group_id
 
 

@@ -2,7 +2,10 @@
 
 Both are real ``concurrent.futures.Future`` subclasses; every way of observing a Future works
 (``result``, ``exception``, ``done``, ``add_done_callback``, ``wait()``, ``as_completed()``), and
-callbacks run without the producer's lock, so they may call the producer.
+callbacks run without the producer's lock, so they may call the producer. They run on the I/O
+thread, though, which is what completes every future: a callback's ``result()`` of a future
+not yet done would wait for itself, so it raises IllegalStateError at once instead
+(:func:`~eosclient._net.io_thread.refuse_to_block`).
 
 **One future per record was the hot path's largest cost after encoding**, so a
 :class:`RecordFuture` (``send()``) is made in ~0.15 us: three slots, no ``threading.Condition``
@@ -32,6 +35,7 @@ from concurrent.futures._base import FINISHED, PENDING
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from eosclient._core.delivery import BatchOutcome, Delivered, DeliveryHandle
+from eosclient._net.io_thread import refuse_to_block
 
 __all__ = ["DeliveryFuture", "RecordFuture", "RecordMetadata", "publish"]
 
@@ -139,9 +143,12 @@ class RecordFuture(Future[RecordMetadata]):
         Raises:
             TimeoutError: not done in time.
             EosError: the error the record failed with.
+            IllegalStateError: not done, and called on the producer's I/O thread (in a
+                delivery callback), where waiting would deadlock.
         """
         outcome = self._outcome
         if not outcome.published:
+            refuse_to_block("Future.result() of a record not yet delivered", timeout)
             self._make()
             return super().result(timeout)
         if outcome.error is not None:
@@ -151,6 +158,7 @@ class RecordFuture(Future[RecordMetadata]):
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The error the record failed with (None: written), waiting up to ``timeout``."""
         if not self._outcome.published:
+            refuse_to_block("Future.exception() of a record not yet delivered", timeout)
             self._make()
             return super().exception(timeout)
         return self._outcome.error
@@ -202,6 +210,19 @@ class DeliveryFuture(Future[_T], Generic[_T]):
     def cancel(self) -> bool:
         """Records handed to the producer cannot be taken back: always False."""
         return False
+
+    def result(self, timeout: float | None = None) -> _T:
+        """As ``Future.result``; a wait on the producer's I/O thread raises IllegalStateError
+        (see :meth:`RecordFuture.result`)."""
+        if self._state == PENDING:
+            refuse_to_block("Future.result() of records not yet delivered", timeout)
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """As ``Future.exception``; a wait on the I/O thread raises IllegalStateError."""
+        if self._state == PENDING:
+            refuse_to_block("Future.exception() of records not yet delivered", timeout)
+        return super().exception(timeout)
 
     def watch(self) -> None:
         """Put this future in its sink when the handle settles (call under the lock)."""

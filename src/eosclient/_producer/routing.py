@@ -16,6 +16,7 @@ import time
 from eosclient._core.partitioner import default_partitioner
 from eosclient._core.txn import IDEMPOTENT_TABLE, TRANSACTIONAL_TABLE, Input
 from eosclient._core.types import TopicPartition
+from eosclient._producer import args
 from eosclient._producer.sender import Sender
 from eosclient.errors import IllegalStateError, KafkaTimeoutError, UnknownPartitionError
 
@@ -71,6 +72,7 @@ class Router:
 
         Raises:
             UnknownPartitionError: ``partition`` is beyond the topic's partitions.
+            RecordTypeError: the topic's name does not fit a Kafka STRING.
             KafkaTimeoutError: the topic's metadata did not come within ``max.block.ms``.
             EosError: the state refuses sends (see :meth:`check_state`), or the metadata
                 answer carried a non-retriable error for the topic.
@@ -215,6 +217,9 @@ class Router:
             self._sender.changed.wait(remaining)
 
     def _await_metadata(self, topic: str) -> int:
+        # The one way a topic of send() gets into a request (Metadata, then Produce): its
+        # name is checked against the wire here, off send()'s hot path (RecordTypeError).
+        args.topic_of(topic)
         self._sender.refuse_to_wait("send")
         deadline = time.monotonic() + self._max_block
         self._metadata.want((topic,))

@@ -90,6 +90,10 @@ class Sender(IoThread):
         self.metadata = self.client.metadata
         self.settled: list[DeliveryFuture[object]] = []
         self.flushing = 0
+        # Since when no broker has been reachable (None: one is, or nothing failed yet); set
+        # by the I/O thread at every step, read by close() (see broker_gone).
+        self.unreachable_since: float | None = None
+        self._gone_after = max(1.0, config.reconnect_backoff_max_ms / 1000)
         self._lane = ProduceLane(config, self.core, self.acc, self.client)
         self._sends: list[SendRequest] = []
         self._next_expiry = 0.0
@@ -115,6 +119,13 @@ class Sender(IoThread):
         if self.crashed is not None:
             raise FatalError(f"the producer's I/O thread crashed: {self.crashed!r}") \
                 from self.crashed
+
+    def broker_gone(self, now: float) -> bool:
+        """Whether no broker has been reachable for a while: every connect failed, through
+        at least one reconnect at the longest backoff (``reconnect.backoff.max.ms``, at least
+        1 s). Waiting on for an answer is then pointless (call under the lock)."""
+        since = self.unreachable_since
+        return since is not None and now - since >= self._gone_after
 
     def _take_settled(self) -> list[DeliveryFuture[object]]:
         # The list object is shared with every future (their sink): empty it, never rebind it.
@@ -150,13 +161,16 @@ class Sender(IoThread):
     def _iterate(self, answers: list[Answer]) -> float | None:
         """Dispatch answers and run one step; the next wait in seconds, None to exit."""
         self.sleeping = False
-        for answer in answers:
-            answer.on_done(answer)
+        self.client.dispatch(answers)
         if self._stopping:
             self._shut_down()
             return None
         now = time.monotonic()
         timeout = self._step(now)
+        if self.client.reachable():
+            self.unreachable_since = None
+        elif self.unreachable_since is None:
+            self.unreachable_since = now
         self.sleeping = True
         return timeout
 
@@ -221,8 +235,7 @@ class Sender(IoThread):
         """Fail every record still queued or in flight, and close the connections."""
         closed = IllegalStateError("the producer was closed before the record was delivered")
         self._drive_core(time.monotonic())  # the core's FailUnsent for close()
-        for answer in self.client.close():
-            answer.on_done(answer)
+        self.client.dispatch(self.client.close())
         self._fail_everything(closed)
 
     def _fail_everything(self, error: EosError) -> None:
@@ -234,6 +247,7 @@ class Sender(IoThread):
         with self.lock:
             self.crashed = exc
             error = FatalError(f"the producer's I/O thread crashed: {exc!r}")
+            error.__cause__ = exc  # each failed record's future says what the bug was
             try:
                 self._fail_everything(error)
                 self.client.close()
