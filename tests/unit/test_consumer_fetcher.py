@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -169,3 +170,21 @@ def test_fetch_max_bytes_must_leave_room_in_receive_message_max_bytes(
         with pytest.raises(ValueError, match=r"fetch\.max\.bytes") as raised:
             ConsumerConfig.from_kafka({"bootstrap.servers": "h:1", **config})
         assert getattr(raised.value, "key", None) == "fetch.max.bytes"
+
+
+def test_each_partition_is_told_the_room_the_broker_had_for_it() -> None:
+    # Without it, a partial batch cut at a limit and one whose length lies looked the same.
+    fetcher, client, assignment = setup(2, max_partition_fetch_bytes=1000, fetch_max_bytes=1500)
+    fetcher.step(0.0)
+    request, on_done = client.sent[-1]
+    assert asked(request) == (2, 1500, [1000, 1000])
+
+    def part(index: int, size: int) -> SimpleNamespace:
+        return SimpleNamespace(partition_index=index, error_code=0, records=b"\x00" * size,
+                               high_watermark=10, last_stable_offset=10)
+
+    response = SimpleNamespace(error_code=0, responses=[
+        SimpleNamespace(topic="t", partitions=[part(0, 900), part(1, 100)])])
+    on_done(Answer(request, response, None, NODE, on_done))
+    rooms = [state.completed.room for state in assignment if state.completed is not None]
+    assert rooms == [1000, 600]  # the second gets what the first left of max_bytes

@@ -228,14 +228,19 @@ class Fetcher:
             return
         self._fitted(node)
         wanted = {state.tp: (state, token) for state, token in sent}
+        limits = {TopicPartition(t.topic, p.partition): p.partition_max_bytes
+                  for t in answer.request.topics for p in t.partitions}
+        budget = answer.request.max_bytes  # Kafka fills partitions in order from one budget
         handed = False
         for tp, data in wire.fetched(answer.response):
+            size = len(data.records or b"")
+            room, budget = min(limits.get(tp, 0), max(budget, 0)), budget - size
             entry = wanted.get(tp)
             if entry is None or entry[0].token != entry[1] or entry[0].phase is not Phase.FETCHING:
                 continue
             state, token = entry
             if data.error_code or data.records:
-                state.completed = CompletedFetch(data, self.trust(node), token)
+                state.completed = CompletedFetch(data, self.trust(node), token, room)
                 handed = True
             else:
                 state.high_watermark = data.high_watermark

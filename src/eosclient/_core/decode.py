@@ -213,11 +213,15 @@ class DecodedBatches(NamedTuple):
     Attributes:
         batches: The batches, in offset order.
         truncated_bytes: Bytes of a partial last batch, dropped; fetching resumes at its offset.
-            Non-zero with no batch at all means one batch is larger than the fetch's byte limit.
+            Non-zero with no batch at all means one batch is larger than the fetch's byte limit,
+            or that its length field is corrupt (the caller tells which: see ``partial_size``).
+        partial_size: The size the partial batch claims, header included (0 when there is
+            none, or its length field was cut off too).
     """
 
     batches: list[RecordBatch]
     truncated_bytes: int
+    partial_size: int = 0
 
 
 def decode_batches(data: bytes | None, tp: TopicPartition) -> DecodedBatches:
@@ -241,11 +245,12 @@ def decode_batches(data: bytes | None, tp: TopicPartition) -> DecodedBatches:
         data = bytes(data)
     view = memoryview(data)
     batches: list[RecordBatch] = []
-    pos, size, last = 0, len(data), -1
+    pos, size, last, partial = 0, len(data), -1, 0
     while size - pos >= _LOG_OVERHEAD:
         base, length = _PREFIX.unpack_from(data, pos)
         end = pos + _LOG_OVERHEAD + length
         if end > size:
+            partial = end - pos
             break  # the partial batch a Fetch may end with (KIP-74)
         _check_frame(data, pos, last, tp)
         if calc_crc32c(view[pos + _CRC_FROM:end]) != _HEADER.unpack_from(data, pos)[4]:
@@ -255,7 +260,7 @@ def decode_batches(data: bytes | None, tp: TopicPartition) -> DecodedBatches:
         last = batch.last_offset
         batches.append(batch)
         pos = end
-    return DecodedBatches(batches, size - pos)
+    return DecodedBatches(batches, size - pos, partial)
 
 
 def _check_frame(data: bytes, pos: int, last: int, tp: TopicPartition) -> None:
