@@ -116,7 +116,7 @@ class ReadyQueue:
         fetch size would never end: the batch would look partial for ever.
         """
         records = data.records or b""
-        decoded, failure = _decode(records, self.tp)
+        decoded, failure = _decode(records, self.tp, self.max_batch_bytes)
         if failure is None and decoded.truncated_bytes and not decoded.batches:
             failure = self._lying_length(records, decoded.partial_size, room)
         batches = [b for b in decoded.batches if b.last_offset >= self.next_fetch]
@@ -211,10 +211,11 @@ class ReadyQueue:
         self._records, self._pos = records, 0
 
 
-def _decode(data: bytes, tp: TopicPartition) -> tuple[DecodedBatches, EosError | None]:
+def _decode(data: bytes, tp: TopicPartition, limit: int,
+            ) -> tuple[DecodedBatches, EosError | None]:
     """The batches of a Fetch answer up to the first bad one, and the error of that one."""
     try:
-        return decode_batches(data, tp), None
+        return decode_batches(data, tp, limit), None
     except CorruptRecordError as exc:
         pos = 0
         while pos + _PREFIX.size <= len(data):
@@ -222,6 +223,6 @@ def _decode(data: bytes, tp: TopicPartition) -> tuple[DecodedBatches, EosError |
             if base == exc.offset:
                 break
             pos += _PREFIX.size + length
-        return decode_batches(data[:pos], tp), exc
+        return decode_batches(data[:pos], tp, limit), exc
     except EosError as exc:  # FatalError: the legacy message formats v0/v1
         return DecodedBatches([], 0), exc
