@@ -10,6 +10,7 @@ silent retry loop.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -139,15 +140,38 @@ def test_answers_that_fit_lift_the_cap_step_by_step() -> None:
     step_and_refuse(fetcher, client, 118 << 20)
     assert fetcher.caps[NODE] == Cap(2, 13_107_200)
     request, on_done = client.sent[-1]
-    empty = type("Response", (), {"error_code": 0, "responses": []})()
-    for _ in range(63):
+    topic = request.topics[0]
+    data = SimpleNamespace(error_code=0, responses=[SimpleNamespace(topic=topic.topic, partitions=[
+        SimpleNamespace(partition_index=topic.partitions[0].partition, error_code=0,
+                        records=b"\x00" * 10, high_watermark=10, last_stable_offset=10)])])
+    empty = SimpleNamespace(error_code=0, responses=[])
+    for _ in range(100):  # empty answers prove nothing
         on_done(Answer(request, empty, None, NODE, on_done))
+    for _ in range(63):
+        on_done(Answer(request, data, None, NODE, on_done))
     assert fetcher.caps[NODE] == Cap(2, 13_107_200)
-    on_done(Answer(request, empty, None, NODE, on_done))
+    on_done(Answer(request, data, None, NODE, on_done))
     assert fetcher.caps[NODE] == Cap(4, 13_107_200 * 16)
     for _ in range(64):
-        on_done(Answer(request, empty, None, NODE, on_done))
+        on_done(Answer(request, data, None, NODE, on_done))
     assert NODE not in fetcher.caps
+
+
+def test_partitions_take_turns_in_capped_fetches() -> None:
+    # Capped Fetches always took the first partitions: drained ones answered empty, and the
+    # partitions behind them, with data, were never fetched.
+    fetcher, client, _ = setup(3)
+    step_and_refuse(fetcher, client, 118 << 20)
+    step_and_refuse(fetcher, client, 118 << 20)
+    assert fetcher.caps[NODE].partitions == 1
+    seen = []
+    empty = SimpleNamespace(error_code=0, responses=[])
+    for i in range(3):
+        fetcher.step(time.monotonic() + i + 1)  # past the pause after an empty answer
+        request, on_done = client.sent[-1]
+        seen += [p.partition for t in request.topics for p in t.partitions]
+        on_done(Answer(request, empty, None, NODE, on_done))
+    assert sorted(seen) == [0, 1, 2]
 
 
 def test_a_cut_connection_is_not_taken_for_an_answer_too_large() -> None:

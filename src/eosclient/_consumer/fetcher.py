@@ -25,7 +25,8 @@ if even that is refused, ``poll()`` raises :class:`~eosclient.errors.ResponseToo
 the partition, naming the size to set. noida-db ignores every Fetch byte limit and sends all
 that is past the position of every partition asked for, so there fewer partitions per Fetch is
 what helps, and one partition whose backlog alone is too large is the error. The cap is lifted
-step by step again after answers that fit (:data:`_RELAX_AFTER` in a row).
+step by step again after answers with data that fit (:data:`_RELAX_AFTER` in a row); while it
+holds, the partitions take turns in the smaller Fetches, so none is left behind.
 
 Partitions in RESET are positioned by an :class:`~eosclient._consumer.lookups.OffsetQuery`
 (earliest: the log start; latest: the LSO under read_committed, else the high watermark).
@@ -119,7 +120,8 @@ class Fetcher:
         self._empty: dict[int, int] = {}  # node -> empty answers in a row, not held by it
         self._max_pause = min(self._max_wait, _EMPTY_PAUSE_MAX)
         self.caps: dict[int, Cap] = {}  # node -> what it is asked for at most (module docstring)
-        self._fits: dict[int, int] = {}  # node -> answers read in a row under its cap
+        self._fits: dict[int, int] = {}  # node -> answers with data read in a row under its cap
+        self._turns: dict[int, int] = {}  # node -> where its next capped Fetch starts
         self.queries: list[OffsetQuery] = []  # the application's, removed by it
         self._resets: list[tuple[OffsetQuery, dict[TopicPartition, int]]] = []
 
@@ -197,8 +199,10 @@ class Fetcher:
         states.sort(key=lambda s: -s.max_bytes)  # KIP-74: a grown partition goes first
         max_bytes, cap = config.fetch_max_bytes, self.caps.get(node)
         limits = [s.max_bytes for s in states]
-        if cap is not None:  # the rest are fetchable again at the next step
-            del states[cap.partitions:]
+        if cap is not None:  # in turns, so that partitions with data are not left behind
+            turn = self._turns.get(node, 0) % len(states)
+            states[:] = [*states[turn:], *states[:turn]][:cap.partitions]
+            self._turns[node] = turn + len(states)
             max_bytes = min(max_bytes, cap.max_bytes)
             limits = [min(limit, cap.max_bytes) for limit in limits]
         request = wire.fetch([(s.tp, s.ready.next_fetch, limit)
@@ -226,7 +230,6 @@ class Fetcher:
         if answer.error is not None or code:
             self._failed(sent, code, now)
             return
-        self._fitted(node)
         wanted = {state.tp: (state, token) for state, token in sent}
         limits = {TopicPartition(t.topic, p.partition): p.partition_max_bytes
                   for t in answer.request.topics for p in t.partitions}
@@ -245,6 +248,8 @@ class Fetcher:
             else:
                 state.high_watermark = data.high_watermark
                 state.last_stable_offset = data.last_stable_offset
+        if handed:
+            self._fitted(node)  # empty answers prove nothing: they fit whatever was asked
         if handed or now - sent_at >= self._max_wait / 2:
             self._empty.pop(node, None)
             return
@@ -285,7 +290,7 @@ class Fetcher:
             state.retry_at = 0.0  # at once: the reconnect backoff paces the next attempt
 
     def _fitted(self, node: int) -> None:
-        """An answer was read: after enough in a row, relax the node's cap one step."""
+        """An answer with data was read: after enough in a row, relax the node's cap a step."""
         cap = self.caps.get(node)
         if cap is None:
             return
