@@ -38,6 +38,7 @@ Check = Callable[[object, str], object]
 _C = TypeVar("_C", bound="ClientConfig")
 _INT32_MAX = 2**31 - 1
 _MAX_IN_FLIGHT = 5
+_FETCH_OVERHEAD = 512  # librdkafka: receive.message.max.bytes >= fetch.max.bytes + 512
 
 
 def _type_name(value: object) -> str:
@@ -213,6 +214,10 @@ class ClientConfig:
         "connect plus ApiVersions handshake deadline"))
     metadata_max_age_ms: int = field(default=300_000, metadata=setting(
         "metadata.max.age.ms", integer(0), "metadata older than this is refreshed"))
+    receive_message_max_bytes: int = field(default=100_000_000, metadata=setting(
+        "receive.message.max.bytes", integer(1_000),
+        "largest answer read from a broker (librdkafka's name and default), and largest batch "
+        "after decompression; a larger one closes the connection before it is read"))
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
@@ -330,10 +335,13 @@ class ConsumerConfig(ClientConfig):
     fetch_max_wait_ms: int = field(default=500, metadata=setting(
         "fetch.max.wait.ms", integer(0), "how long a broker may hold a Fetch for fetch.min.bytes"))
     fetch_max_bytes: int = field(default=52_428_800, metadata=setting(
-        "fetch.max.bytes", integer(1), "bytes one Fetch response may carry"))
+        "fetch.max.bytes", integer(1, _INT32_MAX - _FETCH_OVERHEAD),
+        "bytes one Fetch answer may carry (the first batch comes whole, KIP-74); at most "
+        "receive.message.max.bytes - 512; halved per node after an answer over that"))
     max_partition_fetch_bytes: int = field(default=1_048_576, metadata=setting(
         "max.partition.fetch.bytes", integer(1),
-        "bytes per partition per Fetch, and the prefetch buffer per partition"))
+        "bytes per partition per Fetch (the first batch comes whole, KIP-74), and the prefetch "
+        "buffer per partition; halved per node after an answer over receive.message.max.bytes"))
     max_poll_records: int = field(default=500, metadata=setting(
         "max.poll.records", integer(1), "poll()'s default max_records"))
     max_poll_interval_ms: int = field(default=300_000, metadata=setting(
@@ -364,6 +372,13 @@ class ConsumerConfig(ClientConfig):
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ConfigError(f"must be below session.timeout.ms ({self.session_timeout_ms}), "
                               f"got {self.heartbeat_interval_ms}", key="heartbeat.interval.ms")
+        if self.fetch_max_bytes + _FETCH_OVERHEAD > self.receive_message_max_bytes:
+            # librdkafka's rule: a whole answer must fit, with room for its headers.
+            most = self.receive_message_max_bytes - _FETCH_OVERHEAD
+            raise ConfigError(
+                f"must be at most receive.message.max.bytes - {_FETCH_OVERHEAD} ({most}), got "
+                f"{self.fetch_max_bytes}; raise receive.message.max.bytes with it",
+                key="fetch.max.bytes")
         if self.fetch_max_wait_ms >= self.request_timeout_ms:
             raise ConfigError(f"must be below request.timeout.ms ({self.request_timeout_ms}), "
                               f"got {self.fetch_max_wait_ms}", key="fetch.max.wait.ms")

@@ -109,7 +109,8 @@ class ReadCommittedConsumer:
         isolation = Isolation.READ_COMMITTED if cfg.read_committed else Isolation.READ_UNCOMMITTED
         self._assignment = Assignment(isolation, max_held_bytes=cfg.max_held_bytes,
                                       max_partition_bytes=cfg.max_partition_fetch_bytes,
-                                      reset_policy=cfg.auto_offset_reset)
+                                      reset_policy=cfg.auto_offset_reset,
+                                      max_batch_bytes=cfg.receive_message_max_bytes)
         self._fetcher = Fetcher(cfg, client, self._assignment)
         self._group = GroupCoordinator(cfg, client, self._assignment) if cfg.group_id else None
         loop.drivers = [*([self._group] if self._group else []), self._fetcher]

@@ -71,6 +71,8 @@ The exception tree
     │                                   group.instance.id -> close, never retry
     ├── FatalError                      misconfiguration / protocol violation -> close, fix config
     │   ├── ProtocolError               the peer broke the protocol (bad frame, correlation id)
+    │   │   └── ResponseTooLargeError   an answer over receive.message.max.bytes, even to the
+    │   │                               smallest Fetch -> raise the setting, or fix the broker
     │   ├── UnsupportedVersionError     no API version both sides speak
     │   ├── OffsetOutOfRangeError       the fetch position is gone and auto.offset.reset is none
     │   └── CorruptRecordError          a fetched record batch failed its CRC-32C or its parse
@@ -112,6 +114,7 @@ __all__ = [
     "ProtocolError",
     "RecordTooLargeError",
     "RecordTypeError",
+    "ResponseTooLargeError",
     "RetriableError",
     "TableRow",
     "UnknownPartitionError",
@@ -218,6 +221,29 @@ class FatalError(EosError):
 
 class ProtocolError(FatalError):
     """The peer broke the Kafka protocol (bad frame, unexpected correlation id, bad schema)."""
+
+
+class ResponseTooLargeError(ProtocolError):
+    """A broker's answer is larger than ``receive.message.max.bytes``.
+
+    Raised by the framing layer before the answer is read (the connection is then closed), and by
+    ``poll()`` once the consumer has shrunk its fetches as far as they go (one partition, one
+    batch) and the broker still answers with more: a broker that ignores Fetch byte limits
+    (noida-db sends everything past the position), or one batch larger than the setting. Raise
+    ``receive.message.max.bytes`` above :attr:`size` to read on.
+
+    Attributes:
+        size: The answer's size in bytes, as its frame announced it.
+        limit: ``receive.message.max.bytes``.
+        node: The broker's node id, where known (else None).
+    """
+
+    def __init__(self, message: str, *, size: int, limit: int, api: ApiKey | int | None = None,
+                 node: int | None = None) -> None:
+        super().__init__(message, api=api)
+        self.size = size
+        self.limit = limit
+        self.node = node
 
 
 class UnsupportedVersionError(FatalError):

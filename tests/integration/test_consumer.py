@@ -10,6 +10,7 @@ consumer delivers aborted records there).
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -26,6 +27,7 @@ from eosclient import (
     KafkaTimeoutError,
     OffsetOutOfRangeError,
     ReadCommittedConsumer,
+    ResponseTooLargeError,
     RetriableError,
     TopicPartition,
 )
@@ -391,3 +393,63 @@ def test_a_flipped_byte_raises_naming_topic_partition_and_offset(
             assert values(read(eos, 1)) == [b"after"]
     finally:
         flipper.close()
+
+
+def _fill(broker: RunningBroker, topic: str, partitions: int, per_partition: int) -> None:
+    """``per_partition`` records of 100 kB in each partition, in large batches."""
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 50,
+                     "batch.size": 1_000_000, "message.max.bytes": 2_000_000})
+    for partition in range(partitions):
+        for i in range(per_partition):
+            p.produce(topic, b"%d-%d" % (partition, i) + b"x" * 100_000, partition=partition)
+        assert p.flush(30) == 0
+
+
+def test_noida_ignores_fetch_byte_limits_and_the_consumer_fetches_less_and_says_so(
+        noida_broker: RunningBroker, topic_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    # Quirk: noida-db sends everything past the position of every partition asked for, whatever
+    # the limits. Four partitions of 3 MB each came as one 12 MB answer over a 5 MB limit, and
+    # the consumer retried it unchanged for ever, silently.
+    create_topic(noida_broker, topic_name, 4)
+    _fill(noida_broker, topic_name, 4, 30)
+    tps = [TopicPartition(topic_name, p) for p in range(4)]
+    with caplog.at_level(logging.WARNING, logger="eosclient"), \
+            consumer(noida_broker.bootstrap_servers, *tps,
+                     **{"receive.message.max.bytes": 5_000_000,
+                        "fetch.max.bytes": 1_000_000}) as eos:
+        got = read(eos, 120, timeout=60)
+    assert len(got) == 120 and len({(r.partition, r.offset) for r in got}) == 120
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings and "over receive.message.max.bytes (5000000)" in warnings[0]
+    assert "node " in warnings[0]
+
+
+def test_a_partition_too_large_to_read_at_all_is_a_typed_error_not_a_stall(
+        noida_broker: RunningBroker, topic_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    # One partition's backlog alone over the limit: noida-db sends it whole however little is
+    # asked for; the consumer used to poll empty for ever without a word.
+    create_topic(noida_broker, topic_name, 1)
+    _fill(noida_broker, topic_name, 1, 30)
+    tp = TopicPartition(topic_name, 0)
+    with caplog.at_level(logging.WARNING, logger="eosclient"), \
+            consumer(noida_broker.bootstrap_servers, tp,
+                     **{"receive.message.max.bytes": 1_000_000,
+                        "fetch.max.bytes": 500_000}) as eos, \
+            pytest.raises(ResponseTooLargeError) as raised:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            assert eos.poll(0.2) == []
+    assert raised.value.limit == 1_000_000 and raised.value.size > 3_000_000
+    assert str(raised.value.size) in str(raised.value)
+    assert any(r.levelno == logging.WARNING for r in caplog.records)
+
+
+def test_large_batches_within_the_limits_are_read_on_both_brokers(
+        broker: RunningBroker, topic_name: str) -> None:
+    # Control for the two above: the same topic shape read with limits that fit.
+    create_topic(broker, topic_name, 2)
+    _fill(broker, topic_name, 2, 20)
+    tps = [TopicPartition(topic_name, p) for p in range(2)]
+    with consumer(broker.bootstrap_servers, *tps) as eos:
+        got = read(eos, 40, timeout=60)
+    assert len(got) == 40

@@ -71,9 +71,9 @@ def assignment(policy: str = "earliest", *partitions: TP) -> Assignment:
     return a
 
 
-def give(a: Assignment, tp: TP, data: Data, now: float = 0.0) -> PartitionState:
+def give(a: Assignment, tp: TP, data: Data, now: float = 0.0, room: int = 0) -> PartitionState:
     state = a.states[tp]
-    state.completed = CompletedFetch(data, IndexTrust(), state.token)
+    state.completed = CompletedFetch(data, IndexTrust(), state.token, room)
     a.feed_all(now, 0.5)
     return state
 
@@ -213,6 +213,48 @@ def test_a_batch_larger_than_the_fetch_size_grows_it() -> None:
     a = assignment()
     state = give(a, A, Data(raw(0, 3)[:40]))  # a partial batch only
     assert state.max_bytes == 2000 and state.position == 0
+
+
+def test_a_batch_cut_at_the_limit_grows_the_fetch_size_when_the_room_says_so() -> None:
+    a = assignment()
+    state = give(a, A, Data(raw(0, 3)[:40]), room=40)  # the broker stopped at its limit
+    assert state.max_bytes == 2000 and state.phase is Phase.FETCHING
+
+
+def lying(batch: bytes, length: int) -> bytes:
+    """``batch`` with its length field (not covered by the CRC) set to ``length``."""
+    out = bytearray(batch)
+    struct.pack_into(">i", out, 8, length)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("length", [2**31 - 1, 100_000_001])
+def test_a_batch_claiming_more_than_any_answer_may_carry_is_corrupt(length: int) -> None:
+    # It looked partial for ever: the fetch size doubled to its cap, then the same again.
+    a = assignment()
+    a.max_batch_bytes = 100_000_000
+    a.replace([B], committed=False)  # a new partition takes the setting
+    state = a.states[B]
+    state.seek(7)
+    data = lying(raw(7, 3), length)
+    give(a, B, Data(data), room=len(data))  # even cut at the limit: it can never come whole
+    with pytest.raises(CorruptRecordError, match="length field is corrupt") as raised:
+        offsets(a)
+    assert (raised.value.partition, raised.value.offset) == (1, 7)
+    assert "receive.message.max.bytes" in str(raised.value) and state.phase is Phase.FAILED
+
+
+def test_a_partial_batch_in_an_answer_that_had_room_for_more_is_corrupt() -> None:
+    # A length field a little too large looked like a batch cut at the limit, for ever.
+    a = assignment()
+    good = raw(0, 2)
+    state = give(a, A, Data(good + lying(raw(2, 2), 5000)), room=1000)
+    assert offsets(a) == [0, 1]  # the whole batch before it first
+    data = lying(raw(2, 2), 5000)
+    give(a, A, Data(data), room=1000)  # len(data) < 1000: no limit cut it
+    with pytest.raises(CorruptRecordError, match=r"sent \d+ and stopped") as raised:
+        offsets(a)
+    assert raised.value.offset == 2 and state.position == 2 and state.max_bytes == 1000
 
 
 def test_the_ready_buffer_bounds_prefetching() -> None:

@@ -127,8 +127,8 @@ def test_control_key_too_short_is_corrupt() -> None:
 
 
 def test_empty_and_none_are_no_batches() -> None:
-    assert decode_batches(None, TP) == ([], 0)
-    assert decode_batches(b"", TP) == ([], 0)
+    assert decode_batches(None, TP) == ([], 0, 0)
+    assert decode_batches(b"", TP) == ([], 0, 0)
 
 
 def test_bytearray_and_memoryview_inputs() -> None:
@@ -191,6 +191,70 @@ def test_garbage_that_does_not_decompress_is_corrupt() -> None:
         b.records()
 
 
+# --- decompression is bounded ------------------------------------------------------------------
+
+
+def compressed_batch(codec: int, payload: bytes, count: int = 1) -> bytes:
+    """A v2 batch whose records field is ``payload`` as given, under codec ``codec``."""
+    body = struct.pack(">hiqqqhii", codec, count - 1, T0, T0, -1, -1, -1, count) + payload
+    head = struct.pack(">qiib", 0, len(body) + 9, 0, 2)
+    return head + struct.pack(">I", calc_crc32c(body)) + body
+
+
+@pytest.mark.parametrize("codec", list(CODECS), ids=list(CODECS.values()))
+def test_a_batch_decompressing_past_the_bound_is_corrupt(codec: int) -> None:
+    # A 16 KiB zstd batch became 512 MiB in memory: nothing bounded what a batch inflates to.
+    if not getattr(kafka.codec, f"has_{CODECS[codec]}")():
+        pytest.skip(f"{CODECS[codec]} not installed")
+    data = batch(0, [b"\x00" * 10_000] * 100, compression=codec)
+    assert len(data) < 100_000  # a megabyte of records in it
+    [b] = decode_batches(data, TP, max_decompressed=100_000).batches
+    with pytest.raises(CorruptRecordError, match=r"receive\.message\.max\.bytes \(100000\)"):
+        b.records()
+    [roomy] = decode_batches(data, TP, max_decompressed=2_000_000).batches
+    assert len(roomy.records()) == 100
+
+
+@pytest.mark.parametrize("codec", list(CODECS), ids=list(CODECS.values()))
+def test_a_batch_decompressing_to_exactly_the_bound_is_read(codec: int) -> None:
+    if not getattr(kafka.codec, f"has_{CODECS[codec]}")():
+        pytest.skip(f"{CODECS[codec]} not installed")
+    data = batch(0, [b"x" * 1000] * 3, compression=codec)
+    [b] = decode_batches(data, TP).batches
+    size = len(b._payload()[0])  # the decompressed size
+    assert len(decode_batches(data, TP, max_decompressed=size).batches[0].records()) == 3
+    with pytest.raises(CorruptRecordError):
+        decode_batches(data, TP, max_decompressed=size - 1).batches[0].records()
+
+
+@pytest.mark.parametrize("xerial", [False, True])
+def test_a_snappy_length_claiming_4_gib_is_refused_before_any_allocation(
+        xerial: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The library allocated the claimed length first: under an address-space limit (PySpark
+    # sets one) the process aborted.
+    snappy = pytest.importorskip("snappy")
+    claim = bytes([0x80, 0x80, 0x80, 0x80, 0x10]) + b"\x00" * 16  # varint 2**32, then garbage
+    payload = (b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", len(claim))
+               + claim) if xerial else claim
+    calls: list[int] = []
+    monkeypatch.setattr(snappy, "decompress", lambda data: calls.append(len(data)) or b"")
+    [b] = decode_batches(compressed_batch(2, payload), TP).batches
+    with pytest.raises(CorruptRecordError, match=r"receive\.message\.max\.bytes"):
+        b.records()
+    assert calls == []
+
+
+def test_gzip_members_one_after_another_are_all_read() -> None:
+    # Java's GZIPInputStream reads concatenated members; a bounded inflater must too.
+    import gzip  # noqa: PLC0415
+
+    records = batch(0, [b"a", b"b"])[61:]  # the records of an uncompressed 2-record batch
+    half = len(records) // 2
+    payload = gzip.compress(records[:half]) + gzip.compress(records[half:])
+    [b] = decode_batches(compressed_batch(1, payload, count=2), TP).batches
+    assert [r.value for r in b.records()] == [b"a", b"b"]
+
+
 # --- in pieces ---------------------------------------------------------------------------------
 
 
@@ -206,7 +270,7 @@ def test_every_prefix_keeps_the_whole_batches_and_counts_the_rest() -> None:
 
 def test_a_batch_larger_than_the_response_yields_nothing_but_its_bytes() -> None:
     data = batch(0, [bytes(1000)])
-    assert decode_batches(data[:500], TP) == ([], 500)
+    assert decode_batches(data[:500], TP) == ([], 500, 1070)  # and the size it claims
 
 
 def test_trailing_garbage_with_a_small_length_is_corrupt_not_skipped() -> None:

@@ -27,6 +27,7 @@ from eosclient.errors import (
     KafkaTimeoutError,
     OffsetOutOfRangeError,
     ProtocolError,
+    ResponseTooLargeError,
     RetriableError,
     TableRow,
     UnknownPartitionError,
@@ -415,6 +416,7 @@ ANCESTRY = {
     FencedError: FencedError,
     FatalError: FatalError,
     ProtocolError: FatalError,
+    ResponseTooLargeError: FatalError,
     UnsupportedVersionError: FatalError,
     OffsetOutOfRangeError: FatalError,
 }
@@ -460,8 +462,10 @@ def test_config_error_names_its_key() -> None:
 
 SAMPLES: list[EosError] = [
     *(cls("local failure") for cls in (*ANCESTRY, UsageError, UnknownPartitionError,
-                                       InvalidGroupIdError, IllegalStateError)),
+                                       InvalidGroupIdError, IllegalStateError)
+      if cls is not ResponseTooLargeError),
     ConfigError("too small", key="linger.ms"),
+    ResponseTooLargeError("118 MiB", size=118 << 20, limit=100_000_000, api=ApiKey.FETCH, node=1),
     KafkaTimeoutError("commit timed out", api=ApiKey.END_TXN),
     *(error_for(r.api, r.code, "broker says hi") for r in ROWS[::7]),
     error_for(99, 4242),

@@ -13,7 +13,7 @@ from eosclient import __version__
 from eosclient._protocol.connection import Connection, Reply
 from eosclient._protocol.framing import FrameDecoder, frame
 from eosclient._protocol.versions import negotiate
-from eosclient.errors import ApiKey, ProtocolError, UnsupportedVersionError
+from eosclient.errors import ApiKey, ProtocolError, ResponseTooLargeError, UnsupportedVersionError
 
 
 def _str16(s: str) -> bytes:
@@ -91,8 +91,17 @@ class TestFrameDecoder:
 
     def test_oversized_frame_is_refused_before_it_is_buffered(self) -> None:
         # A 2 GiB announcement must fail at once, not after buffering gigabytes.
-        with pytest.raises(ProtocolError, match="outside"):
+        with pytest.raises(ResponseTooLargeError, match="1025 bytes") as raised:
             FrameDecoder(max_frame_size=1024).feed(struct.pack(">i", 1025))
+        assert (raised.value.size, raised.value.limit) == (1025, 1024)
+        assert isinstance(raised.value, ProtocolError)
+
+    def test_frames_before_an_oversized_one_come_out_first(self) -> None:
+        # The oversized frame answers the request after those: they must not be lost with it.
+        decoder = FrameDecoder(max_frame_size=1024)
+        assert decoder.feed(frame(b"ok") + struct.pack(">i", 5000)) == [b"ok"]
+        with pytest.raises(ResponseTooLargeError):
+            decoder.feed(b"more")
 
 
 class TestConnection:
@@ -154,6 +163,17 @@ class TestConnection:
         conn.send(InitProducerIdRequest(transactional_id="t", transaction_timeout_ms=1000))
         with pytest.raises(ProtocolError, match="INIT_PRODUCER_ID v5"):
             conn.receive(frame(struct.pack(">i", 1) + b"\x00\x00"))
+
+    def test_an_answer_over_the_limit_names_the_request_it_answers(self) -> None:
+        # The fetcher adapts only to its own refused answers: it must know which one this was.
+        conn = Connection("probe", max_frame_size=1000)
+        conn.handshake()
+        conn.receive(golden_api_versions_response(0, BROKER))
+        conn.send(InitProducerIdRequest(transactional_id="t", transaction_timeout_ms=1000))
+        with pytest.raises(ResponseTooLargeError, match="InitProducerId") as raised:
+            conn.receive(struct.pack(">i", 118 << 20))
+        assert (raised.value.api, raised.value.size, raised.value.limit) == (
+            ApiKey.INIT_PRODUCER_ID, 118 << 20, 1000)
 
     def test_send_before_handshake_is_refused(self) -> None:
         with pytest.raises(ProtocolError, match="before the ApiVersions handshake"):

@@ -16,16 +16,30 @@ asked again only after a pause, 5 ms doubling per empty answer in a row up to 50
 ``fetch.max.wait.ms``), so an idle consumer does not spin; what arrives after a quiet spell is
 then seen up to that late.
 
+Answers too large to read (over ``receive.message.max.bytes``) are refused by the connection
+before their body is read, and the connection is closed. The fetcher then asks that broker for
+less, in a bounded number of steps, and says so at WARNING at once (node, size, limit): each
+refused answer halves the partitions per Fetch and the bytes asked for; a one-partition Fetch
+refused goes straight to one byte (a broker that honours KIP-74 then sends exactly one batch);
+if even that is refused, ``poll()`` raises :class:`~eosclient.errors.ResponseTooLargeError` for
+the partition, naming the size to set. noida-db ignores every Fetch byte limit and sends all
+that is past the position of every partition asked for, so there fewer partitions per Fetch is
+what helps, and one partition whose backlog alone is too large is the error. The cap is lifted
+step by step again after answers with data that fit (:data:`_RELAX_AFTER` in a row); while it
+holds, the partitions take turns in the smaller Fetches, so none is left behind.
+
 Partitions in RESET are positioned by an :class:`~eosclient._consumer.lookups.OffsetQuery`
 (earliest: the log start; latest: the LSO under read_committed, else the high watermark).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from functools import partial
-from typing import Final
+from typing import Any, Final
 
 from eosclient._consumer import protocol as wire
 from eosclient._consumer.lookups import Ends, OffsetQuery, Step
@@ -42,14 +56,44 @@ from eosclient._core.types import TopicPartition
 from eosclient._net.backoff import Backoff
 from eosclient._net.client import Answer, NetworkClient
 from eosclient.config import ConsumerConfig
-from eosclient.errors import ApiKey, RetriableError, error_for
+from eosclient.errors import ApiKey, ResponseTooLargeError, RetriableError, error_for
 
-__all__ = ["Fetcher"]
+__all__ = ["Cap", "Fetcher"]
+
+log = logging.getLogger("eosclient.consumer")
 
 _EMPTY_PAUSE: Final = 0.005  # seconds before re-asking a broker that did not hold an empty Fetch
 _EMPTY_PAUSE_MAX: Final = 0.05  # doubled per empty answer in a row, up to this
+_RELAX_AFTER: Final = 64  # answers that fit in a row before a node's cap is relaxed one step
 
 Sent = list[tuple[PartitionState, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Cap:
+    """What the fetcher asks one broker for at most, after it sent answers too large to read.
+
+    Attributes:
+        partitions: Partitions per Fetch.
+        max_bytes: The Fetch's ``max_bytes``, and every partition's ``partition_max_bytes``.
+    """
+
+    partitions: int
+    max_bytes: int
+
+    @classmethod
+    def below(cls, partitions: int, max_bytes: int) -> Cap | None:
+        """The cap after a Fetch of ``partitions`` and ``max_bytes`` was refused: half of each,
+        then one byte once down to one partition; None if that Fetch was the smallest there is
+        (one partition, one byte: a broker that honours KIP-74 answers it with one batch)."""
+        if partitions > 1:
+            return cls(partitions // 2, max(1, max_bytes // 2))
+        return cls(1, 1) if max_bytes > 1 else None
+
+    def above(self) -> Cap:
+        """One step back up, bytes faster (from one byte to 50 MiB in 7 steps); the caller
+        drops the cap once it no longer limits anything."""
+        return Cap(self.partitions * 2, self.max_bytes * 16)
 
 
 class Fetcher:
@@ -75,6 +119,9 @@ class Fetcher:
         self._quiet_until: dict[int, float] = {}
         self._empty: dict[int, int] = {}  # node -> empty answers in a row, not held by it
         self._max_pause = min(self._max_wait, _EMPTY_PAUSE_MAX)
+        self.caps: dict[int, Cap] = {}  # node -> what it is asked for at most (module docstring)
+        self._fits: dict[int, int] = {}  # node -> answers with data read in a row under its cap
+        self._turns: dict[int, int] = {}  # node -> where its next capped Fetch starts
         self.queries: list[OffsetQuery] = []  # the application's, removed by it
         self._resets: list[tuple[OffsetQuery, dict[TopicPartition, int]]] = []
 
@@ -150,9 +197,18 @@ class Fetcher:
     def _fetch(self, node: int, states: list[PartitionState], now: float) -> None:
         config = self._config
         states.sort(key=lambda s: -s.max_bytes)  # KIP-74: a grown partition goes first
-        request = wire.fetch([(s.tp, s.ready.next_fetch, s.max_bytes) for s in states],
+        max_bytes, cap = config.fetch_max_bytes, self.caps.get(node)
+        limits = [s.max_bytes for s in states]
+        if cap is not None:  # in turns, so that partitions with data are not left behind
+            turn = self._turns.get(node, 0) % len(states)
+            states[:] = [*states[turn:], *states[:turn]][:cap.partitions]
+            self._turns[node] = turn + len(states)
+            max_bytes = min(max_bytes, cap.max_bytes)
+            limits = [min(limit, cap.max_bytes) for limit in limits]
+        request = wire.fetch([(s.tp, s.ready.next_fetch, limit)
+                              for s, limit in zip(states, limits, strict=False)],
                              isolation=self._isolation, max_wait_ms=config.fetch_max_wait_ms,
-                             min_bytes=config.fetch_min_bytes, max_bytes=config.fetch_max_bytes)
+                             min_bytes=config.fetch_min_bytes, max_bytes=max_bytes)
         sent: Sent = [(s, s.token) for s in states]
         for state in states:
             state.in_flight = True
@@ -167,28 +223,87 @@ class Fetcher:
         for state, _ in sent:
             state.in_flight = False
         code = answer.response.error_code if answer.error is None else 0
+        refused = answer.error.__cause__ if answer.error is not None else None
+        if isinstance(refused, ResponseTooLargeError) and refused.api == ApiKey.FETCH:
+            self._too_large(node, sent, answer.request, refused, now)
+            return
         if answer.error is not None or code:
             self._failed(sent, code, now)
             return
         wanted = {state.tp: (state, token) for state, token in sent}
+        limits = {TopicPartition(t.topic, p.partition): p.partition_max_bytes
+                  for t in answer.request.topics for p in t.partitions}
+        budget = answer.request.max_bytes  # Kafka fills partitions in order from one budget
         handed = False
         for tp, data in wire.fetched(answer.response):
+            size = len(data.records or b"")
+            room, budget = min(limits.get(tp, 0), max(budget, 0)), budget - size
             entry = wanted.get(tp)
             if entry is None or entry[0].token != entry[1] or entry[0].phase is not Phase.FETCHING:
                 continue
             state, token = entry
             if data.error_code or data.records:
-                state.completed = CompletedFetch(data, self.trust(node), token)
+                state.completed = CompletedFetch(data, self.trust(node), token, room)
                 handed = True
             else:
                 state.high_watermark = data.high_watermark
                 state.last_stable_offset = data.last_stable_offset
+        if handed:
+            self._fitted(node)  # empty answers prove nothing: they fit whatever was asked
         if handed or now - sent_at >= self._max_wait / 2:
             self._empty.pop(node, None)
             return
         empty = self._empty[node] = self._empty.get(node, 0) + 1  # an idle broker not holding
         self._quiet_until[node] = now + min(_EMPTY_PAUSE * 2 ** min(empty - 1, 8),
                                             self._max_pause)
+
+    def _too_large(self, node: int, sent: Sent, request: Any, refused: ResponseTooLargeError,
+                   now: float) -> None:
+        """The answer was over receive.message.max.bytes: ask for less, or give up at the floor."""
+        self._fits.pop(node, None)
+        cap = self.caps.get(node)
+        where = ", ".join(f"{s.tp.topic}-{s.tp.partition}" for s, _ in sent)
+        asked = (f"{len(sent)} partition(s) ({where}), max_bytes {request.max_bytes}, up to "
+                 f"{max(p.partition_max_bytes for t in request.topics for p in t.partitions)} "
+                 "per partition")
+        lower = Cap.below(len(sent), request.max_bytes)
+        if lower is None:
+            state, token = sent[0]
+            error = ResponseTooLargeError(
+                f"node {node} answers even the smallest Fetch ({asked}) with {refused.size} "
+                f"bytes, over receive.message.max.bytes ({refused.limit}): the broker ignores "
+                "Fetch byte limits (noida-db does) or one batch is that large; set "
+                f"receive.message.max.bytes above {refused.size} to read on",
+                size=refused.size, limit=refused.limit, api=ApiKey.FETCH, node=node)
+            log.warning("%s", error)
+            if state.token == token:
+                state.fail(error)
+            return
+        if cap is not None:  # an answer to an older, larger Fetch may come after a lowering
+            lower = Cap(min(cap.partitions, lower.partitions), min(cap.max_bytes, lower.max_bytes))
+        self.caps[node] = lower
+        log.warning("node %d answered a Fetch (%s) with %d bytes, over "
+                    "receive.message.max.bytes (%d); asking it for at most %d partition(s) and "
+                    "%d bytes per Fetch now", node, asked, refused.size, refused.limit,
+                    lower.partitions, lower.max_bytes)
+        for state, _ in sent:
+            state.retry_at = 0.0  # at once: the reconnect backoff paces the next attempt
+
+    def _fitted(self, node: int) -> None:
+        """An answer with data was read: after enough in a row, relax the node's cap a step."""
+        cap = self.caps.get(node)
+        if cap is None:
+            return
+        fits = self._fits[node] = self._fits.get(node, 0) + 1
+        if fits < _RELAX_AFTER:
+            return
+        self._fits.pop(node)
+        higher = cap.above()
+        if higher.max_bytes >= self._config.fetch_max_bytes and higher.partitions >= len(
+                self._assignment.states):
+            del self.caps[node]
+        else:
+            self.caps[node] = higher
 
     def _failed(self, sent: Sent, code: int, now: float) -> None:
         """The whole Fetch failed: a cut connection, a timeout, or a top-level error code."""

@@ -9,6 +9,7 @@ assigned partition has a :class:`PartitionState` that moves through phases::
               auto.offset.reset is none (with records undelivered: fetched again later)
     any       --(seek)---------------------------------------> FETCHING
     FETCHING  --(corrupt batch, fatal Fetch error)-----------> FAILED (until a seek)
+    FETCHING  --(answers too large even at one batch)--------> FAILED (until a seek)
 
 The I/O thread fetches FETCHING partitions and leaves each answer in ``completed``; the
 application's ``poll()`` checks it and queues its batches in the partition's
@@ -34,6 +35,7 @@ from eosclient._consumer.ready import ConsumerRecord, ReadyQueue
 from eosclient._core.isolation import IndexTrust, Isolation, PartitionFilter
 from eosclient._core.types import TopicPartition
 from eosclient._net.metadata import Metadata
+from eosclient._protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from eosclient.errors import (
     ApiKey,
     EosError,
@@ -66,6 +68,7 @@ class CompletedFetch(NamedTuple):
     data: Any  # kafka-python's FetchResponse partition data
     trust: IndexTrust  # the answering broker's
     token: int
+    room: int = 0  # the bytes the broker could send for it (limits, minus partitions before it)
 
 
 class PartitionState:
@@ -85,10 +88,11 @@ class PartitionState:
         high_watermark: The high watermark the last Fetch answer gave; -1 before one.
     """
 
-    def __init__(self, tp: TopicPartition, filt: PartitionFilter, max_bytes: int) -> None:
+    def __init__(self, tp: TopicPartition, filt: PartitionFilter, max_bytes: int,
+                 max_batch_bytes: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.tp = tp
         self.filter = filt
-        self.ready = ReadyQueue(tp, filt)
+        self.ready = ReadyQueue(tp, filt, max_batch_bytes)
         self.phase = Phase.COMMITTED
         self.token = 0
         self.reset_to = ""
@@ -170,13 +174,16 @@ class Assignment:
         max_held_bytes: Each filter's bound on data held for markers.
         max_partition_bytes: ``max.partition.fetch.bytes``; also the ready buffer's bound.
         reset_policy: ``auto.offset.reset``: earliest, latest or none.
+        max_batch_bytes: ``receive.message.max.bytes``: no batch can be larger, before or
+            after decompression.
     """
 
     def __init__(self, isolation: Isolation, *, max_held_bytes: int, max_partition_bytes: int,
-                 reset_policy: str) -> None:
+                 reset_policy: str, max_batch_bytes: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.isolation = isolation
         self.max_held_bytes = max_held_bytes
         self.max_partition_bytes = max_partition_bytes
+        self.max_batch_bytes = max_batch_bytes
         self.reset_policy = reset_policy
         self.states: dict[TopicPartition, PartitionState] = {}
         self.version = 0  # bumped whenever the set of partitions changes
@@ -196,7 +203,8 @@ class Assignment:
             if state is None:
                 filt = PartitionFilter(tp, isolation=self.isolation,
                                        max_held_bytes=self.max_held_bytes)
-                state = PartitionState(tp, filt, self.max_partition_bytes)
+                state = PartitionState(tp, filt, self.max_partition_bytes,
+                                       self.max_batch_bytes)
                 self.start(state, committed=committed)
             states[tp] = state
         self.states = states
@@ -230,7 +238,7 @@ class Assignment:
             return
         state.high_watermark = data.high_watermark
         state.last_stable_offset = data.last_stable_offset
-        if state.ready.push(data, done.trust):
+        if state.ready.push(data, done.trust, done.room):
             state.max_bytes = min(state.max_bytes * 2,
                                   self.max_partition_bytes << _MAX_FETCH_GROWTH)
 

@@ -32,6 +32,7 @@ from typing import Any, Final
 from eosclient._core.decode import ConsumerRecord, DecodedBatches, RecordBatch, decode_batches
 from eosclient._core.isolation import IndexTrust, Isolation, PartitionFilter
 from eosclient._core.types import TopicPartition
+from eosclient._protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from eosclient.errors import CorruptRecordError, EosError
 
 __all__ = ["ConsumerRecord", "ReadyQueue"]
@@ -60,11 +61,14 @@ class ReadyQueue:
     Args:
         tp: The partition.
         filt: Its filter.
+        max_batch_bytes: ``receive.message.max.bytes``: no batch can be larger.
     """
 
-    def __init__(self, tp: TopicPartition, filt: PartitionFilter) -> None:
+    def __init__(self, tp: TopicPartition, filt: PartitionFilter,
+                 max_batch_bytes: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.tp = tp
         self.filter = filt
+        self.max_batch_bytes = max_batch_bytes
         # Read by the I/O thread (the rest is the application's): single attribute writes.
         self.nbytes = 0  # fetched bytes not yet fed (the prefetch bound)
         self.next_fetch = filt.fetch_offset
@@ -100,10 +104,21 @@ class ReadyQueue:
         self.nbytes = 0
         self.blocked = False
 
-    def push(self, data: Any, trust: IndexTrust) -> bool:
+    def push(self, data: Any, trust: IndexTrust, room: int = 0) -> bool:
         """Queue a Fetch answer's batches from :attr:`next_fetch` up to its LSO; True if it held
-        only a partial batch (one larger than the fetch size: the caller grows it)."""
-        decoded, failure = _decode(data.records or b"", self.tp)
+        only a partial batch (one larger than the fetch size: the caller grows it).
+
+        ``room`` is what the broker could send for this partition (its limit, or what the
+        Fetch's ``max_bytes`` left after the partitions before it): a partial batch in an answer
+        that stopped short of it was not cut by a limit, so its length field lies; it is
+        queued as a :class:`~eosclient.errors.CorruptRecordError`, as is a batch that claims to
+        be larger than any answer may be (``receive.message.max.bytes``). Otherwise growing the
+        fetch size would never end: the batch would look partial for ever.
+        """
+        records = data.records or b""
+        decoded, failure = _decode(records, self.tp, self.max_batch_bytes)
+        if failure is None and decoded.truncated_bytes and not decoded.batches:
+            failure = self._lying_length(records, decoded.partial_size, room)
         batches = [b for b in decoded.batches if b.last_offset >= self.next_fetch]
         lso = data.last_stable_offset
         if self.filter.isolation is Isolation.READ_COMMITTED and lso is not None and lso >= 0:
@@ -120,6 +135,22 @@ class ReadyQueue:
         if batches:
             self.next_fetch = batches[-1].last_offset + 1
         return False
+
+    def _lying_length(self, records: bytes, claimed: int, room: int,
+                      ) -> CorruptRecordError | None:
+        """The error of an answer holding only a partial batch (at its start) that no limit
+        explains; None if a limit does (then the caller asks for more next time)."""
+        if claimed > self.max_batch_bytes:
+            why = (f"claims {claimed} bytes, more than any answer may carry "
+                   f"(receive.message.max.bytes {self.max_batch_bytes})")
+        elif len(records) < room:
+            why = (f"claims {claimed or 'more'} bytes, yet the broker sent {len(records)} and "
+                   f"stopped, though its limits left room for {room}")
+        else:
+            return None
+        offset = _PREFIX.unpack_from(records)[0] if claimed else self.next_fetch
+        return CorruptRecordError(f"record batch {why}: its length field is corrupt",
+                                  topic=self.tp.topic, partition=self.tp.partition, offset=offset)
 
     def take(self, limit: int, out: list[ConsumerRecord]) -> tuple[bool, EosError | None]:
         """Move up to ``limit`` records into ``out``, feeding queued batches as needed.
@@ -180,10 +211,11 @@ class ReadyQueue:
         self._records, self._pos = records, 0
 
 
-def _decode(data: bytes, tp: TopicPartition) -> tuple[DecodedBatches, EosError | None]:
+def _decode(data: bytes, tp: TopicPartition, limit: int,
+            ) -> tuple[DecodedBatches, EosError | None]:
     """The batches of a Fetch answer up to the first bad one, and the error of that one."""
     try:
-        return decode_batches(data, tp), None
+        return decode_batches(data, tp, limit), None
     except CorruptRecordError as exc:
         pos = 0
         while pos + _PREFIX.size <= len(data):
@@ -191,6 +223,6 @@ def _decode(data: bytes, tp: TopicPartition) -> tuple[DecodedBatches, EosError |
             if base == exc.offset:
                 break
             pos += _PREFIX.size + length
-        return decode_batches(data[:pos], tp), exc
+        return decode_batches(data[:pos], tp, limit), exc
     except EosError as exc:  # FatalError: the legacy message formats v0/v1
         return DecodedBatches([], 0), exc

@@ -15,7 +15,9 @@ past the end is the partial batch a Fetch may end with (the broker cuts at ``max
 not an error, it is dropped, and fetching resumes at its offset. Control batches (KIP-98) are
 parsed at once into their marker, since the read_committed filter needs every marker; other
 batches decode their records only when :meth:`RecordBatch.records` is called, so a batch the
-filter drops as aborted is never decompressed or parsed.
+filter drops as aborted is never decompressed or parsed. Decompression streams into at most
+``receive.message.max.bytes`` (snappy: its claimed length is checked first); a batch that would
+make more is corrupt (or hostile), and refused before the memory is taken.
 
 The record loop is this module's own (kafka-python's ``DefaultRecordBatch`` reads about 200k
 records/s here, a third of this loop's rate): the common one- and two-byte varints are read inline.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import enum
 import struct
+import zlib
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
@@ -46,6 +49,9 @@ _LOG_OVERHEAD: Final = 12
 _MAGIC_AT: Final = 16
 _CRC_FROM: Final = 21  # the CRC covers the attributes onwards
 _CONTROL_KEY: Final = struct.Struct(">hh")  # version, type
+
+#: ``receive.message.max.bytes``' default: what a batch may decompress to unless told otherwise.
+DEFAULT_MAX_DECOMPRESSED: Final = 100_000_000
 
 _CODEC_MASK: Final = 0x07
 _LOG_APPEND_TIME: Final = 0x08
@@ -101,19 +107,25 @@ class RecordBatch:
         is_control: A control batch: its one record is a marker, never delivered.
         control_type: The marker of a control batch, else None.
         compression: The codec number (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
+        max_decompressed: The most its records may decompress to (``receive.message.max.bytes``):
+            more is a :class:`~eosclient.errors.CorruptRecordError`, raised before it is
+            allocated.
         record_count: How many records it holds.
         size_in_bytes: Its size on the wire, header included.
     """
 
     __slots__ = ("_buf", "_end", "_start", "_timestamps", "base_offset", "base_sequence",
                  "compression", "control_type", "is_control", "is_transactional", "last_offset",
-                 "producer_epoch", "producer_id", "record_count", "size_in_bytes", "tp")
+                 "max_decompressed", "producer_epoch", "producer_id", "record_count",
+                 "size_in_bytes", "tp")
 
-    def __init__(self, tp: TopicPartition, buf: bytes, start: int, end: int) -> None:
+    def __init__(self, tp: TopicPartition, buf: bytes, start: int, end: int,
+                 max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> None:
         (self.base_offset, _, _, _, _, attributes, last_delta, first_ts, max_ts, self.producer_id,
          self.producer_epoch, self.base_sequence, self.record_count) = _HEADER.unpack_from(
             buf, start)
         self.tp = tp
+        self.max_decompressed = max_decompressed
         self.last_offset: int = self.base_offset + last_delta
         self.size_in_bytes = end - start
         self.compression: int = attributes & _CODEC_MASK
@@ -134,7 +146,8 @@ class RecordBatch:
         response can start before it; ``min_offset`` drops that head.
 
         Raises:
-            CorruptRecordError: the records do not parse (a producer bug: the CRC matched).
+            CorruptRecordError: the records do not parse (a producer bug: the CRC matched), or
+                decompress to more than :attr:`max_decompressed`.
         """
         buf, pos, end = self._payload()
         try:
@@ -163,16 +176,21 @@ class RecordBatch:
     def _payload(self) -> tuple[bytes, int, int]:
         if self.compression == 0:
             return self._buf, self._start, self._end
-        decompress = _DECOMPRESSORS.get(self.compression)
-        if decompress is None:
+        codec = _DECOMPRESSORS.get(self.compression)
+        if codec is None:
             raise self._corrupt(f"unknown compression codec {self.compression}")
+        name, decompress = codec
         try:
-            data = decompress(self._buf[self._start:self._end])
+            _needs(name)
+            data = decompress(self._buf[self._start:self._end], self.max_decompressed)
         except ImportError as exc:
             raise FatalError(f"{self._where()}: {exc}") from exc
+        except _TooLargeError as exc:
+            raise self._corrupt(f"{name} payload refused: {exc}; a corrupt or hostile batch "
+                                "(raise the setting if it is genuine)") from exc
         except Exception as exc:  # each codec library raises its own types
             raise self._corrupt(f"does not decompress: {exc!r}") from exc
-        return bytes(data), 0, len(data)
+        return data, 0, len(data)
 
     def _read_marker(self) -> ControlType:
         records = self.records()
@@ -192,19 +210,83 @@ class RecordBatch:
                                   offset=self.base_offset)
 
 
-def _needs(name: str) -> Callable[[bytes], bytes]:
-    def decompress(data: bytes) -> bytes:
-        fn = getattr(_codec, f"{name}_decode")
-        if fn is None or not getattr(_codec, f"has_{name}")():
-            raise ImportError(f"a batch is {name}-compressed and its library is not installed: "
-                              'pip install "eosclient[compression]"')
-        out: bytes = fn(data)
-        return out
-    return decompress
+class _TooLargeError(ValueError):
+    """A payload decompresses to more than the bound; raised before the excess is allocated."""
 
 
-_DECOMPRESSORS: Final = {1: _needs("gzip"), 2: _needs("snappy"), 3: _needs("lz4"),
-                         4: _needs("zstd")}
+def _needs(name: str) -> None:
+    if not getattr(_codec, f"has_{name}")():
+        raise ImportError(f"a batch is {name}-compressed and its library is not installed: "
+                          'pip install "eosclient[compression]"')
+
+
+def _over(limit: int) -> _TooLargeError:
+    return _TooLargeError(f"it decompresses to more than receive.message.max.bytes ({limit})")
+
+
+# Each codec streams into at most `limit` bytes (a few KiB of compressed input can claim
+# gigabytes: a 16 KiB zstd batch made 512 MiB, a snappy header claiming 4 GiB aborted a process
+# under an address-space limit). One byte past the limit is read to tell "exactly" from "more".
+
+def _gunzip(data: bytes, limit: int) -> bytes:
+    out = bytearray()
+    while data:  # a payload may hold several gzip members, as Java's GZIPInputStream reads
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out += inflater.decompress(data, limit + 1 - len(out))
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise _over(limit)
+        if not inflater.eof:
+            raise ValueError("the gzip stream ends early")
+        data = inflater.unused_data
+    return bytes(out)
+
+
+_XERIAL: Final = b"\x82SNAPPY\x00"  # Java's snappy-java framing: magic, 2 versions, blocks
+
+
+def _unsnappy(data: bytes, limit: int) -> bytes:
+    import snappy  # noqa: PLC0415 - optional; _needs checked it is there
+
+    blocks = [data]
+    if data.startswith(_XERIAL):
+        blocks, pos = [], 16
+        while pos < len(data):
+            (size,) = struct.unpack_from(">i", data, pos)
+            blocks.append(data[pos + 4:pos + 4 + size])
+            pos += 4 + size
+    # A raw snappy block starts with its decompressed length (a varint): check it before the
+    # library allocates that much.
+    claimed = sum(_uvarint(block, 0)[0] for block in blocks)
+    if claimed > limit:
+        raise _over(limit)
+    return b"".join(snappy.decompress(block) for block in blocks)
+
+
+def _unlz4(data: bytes, limit: int) -> bytes:
+    import lz4.frame  # noqa: PLC0415 - optional; _needs checked it is there
+
+    inflater = lz4.frame.LZ4FrameDecompressor()
+    out: bytes = inflater.decompress(data, max_length=limit + 1)
+    if len(out) > limit:
+        raise _over(limit)
+    if not inflater.eof:
+        raise ValueError("the lz4 frame ends early")
+    return out
+
+
+def _unzstd(data: bytes, limit: int) -> bytes:
+    import zstandard  # noqa: PLC0415 - optional; _needs checked it is there
+
+    # A stream reader, not decompress(): that one allocates the frame's claimed content size.
+    with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as reader:
+        out: bytes = reader.read(limit + 1)
+    if len(out) > limit:
+        raise _over(limit)
+    return out
+
+
+_DECOMPRESSORS: Final[dict[int, tuple[str, Callable[[bytes, int], bytes]]]] = {
+    1: ("gzip", _gunzip), 2: ("snappy", _unsnappy), 3: ("lz4", _unlz4), 4: ("zstd", _unzstd)}
 
 
 class DecodedBatches(NamedTuple):
@@ -213,19 +295,26 @@ class DecodedBatches(NamedTuple):
     Attributes:
         batches: The batches, in offset order.
         truncated_bytes: Bytes of a partial last batch, dropped; fetching resumes at its offset.
-            Non-zero with no batch at all means one batch is larger than the fetch's byte limit.
+            Non-zero with no batch at all means one batch is larger than the fetch's byte limit,
+            or that its length field is corrupt (the caller tells which: see ``partial_size``).
+        partial_size: The size the partial batch claims, header included (0 when there is
+            none, or its length field was cut off too).
     """
 
     batches: list[RecordBatch]
     truncated_bytes: int
+    partial_size: int = 0
 
 
-def decode_batches(data: bytes | None, tp: TopicPartition) -> DecodedBatches:
+def decode_batches(data: bytes | None, tp: TopicPartition,
+                   max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> DecodedBatches:
     """Split a Fetch partition's ``records`` bytes into checked record batches.
 
     Args:
         data: The bytes (None or empty when the partition had nothing).
         tp: The partition, named in errors and kept on every batch.
+        max_decompressed: Each batch's bound on its decompressed records
+            (``receive.message.max.bytes``).
 
     Returns:
         The whole batches in order; a partial batch at the end is dropped and counted.
@@ -241,21 +330,22 @@ def decode_batches(data: bytes | None, tp: TopicPartition) -> DecodedBatches:
         data = bytes(data)
     view = memoryview(data)
     batches: list[RecordBatch] = []
-    pos, size, last = 0, len(data), -1
+    pos, size, last, partial = 0, len(data), -1, 0
     while size - pos >= _LOG_OVERHEAD:
         base, length = _PREFIX.unpack_from(data, pos)
         end = pos + _LOG_OVERHEAD + length
         if end > size:
+            partial = end - pos
             break  # the partial batch a Fetch may end with (KIP-74)
         _check_frame(data, pos, last, tp)
         if calc_crc32c(view[pos + _CRC_FROM:end]) != _HEADER.unpack_from(data, pos)[4]:
             raise CorruptRecordError("record batch fails its CRC-32C check", topic=tp.topic,
                                      partition=tp.partition, offset=base)
-        batch = RecordBatch(tp, data, pos, end)
+        batch = RecordBatch(tp, data, pos, end, max_decompressed)
         last = batch.last_offset
         batches.append(batch)
         pos = end
-    return DecodedBatches(batches, size - pos)
+    return DecodedBatches(batches, size - pos, partial)
 
 
 def _check_frame(data: bytes, pos: int, last: int, tp: TopicPartition) -> None:

@@ -274,7 +274,8 @@ class NetworkClient:
             return None
         start_at = max(now, self._not_before.get(node_id, now))
         conn = NodeConnection(node_id, address, client_id=self._config.client_id,
-                              setup_timeout=self._setup_timeout, start_at=start_at)
+                              setup_timeout=self._setup_timeout, start_at=start_at,
+                              max_frame_size=self._config.receive_message_max_bytes)
         self._conns[node_id] = conn  # WAITING: poll() starts it, outside the owner's lock
         return conn
 

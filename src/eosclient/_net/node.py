@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import logging
 import selectors
 import socket
 from collections import deque
@@ -47,14 +48,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eosclient._protocol.connection import Connection, Reply
+from eosclient._protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from eosclient.errors import (
+    ApiKey,
     EosError,
     KafkaConnectionError,
     KafkaTimeoutError,
     ProtocolError,
+    ResponseTooLargeError,
 )
 
 __all__ = ["Answer", "NodeConnection", "Phase"]
+
+log = logging.getLogger("eosclient.net")
 
 _READ_SIZE = 256 * 1024
 _IN_PROGRESS = frozenset({errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY})
@@ -125,6 +131,11 @@ class NodeConnection:
         client_id: Sent in every request header.
         setup_timeout: Seconds for connect plus handshake.
         start_at: When to start connecting (the reconnect backoff); ``now`` for at once.
+        max_frame_size: ``receive.message.max.bytes``: a larger answer closes the connection
+            before it is read; the requests in flight fail with a
+            :class:`~eosclient.errors.KafkaConnectionError` whose ``__cause__`` is the
+            :class:`~eosclient.errors.ResponseTooLargeError` (its ``api`` names the request it
+            answered), so the owner of that request can adapt (the consumer's fetcher does).
     """
 
     def __init__(
@@ -135,12 +146,13 @@ class NodeConnection:
         client_id: str,
         setup_timeout: float,
         start_at: float,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
     ) -> None:
         self.node_id = node_id
         self.address = address
         self.phase = Phase.WAITING
         self.start_at = start_at
-        self.protocol = Connection(client_id)
+        self.protocol = Connection(client_id, max_frame_size=max_frame_size)
         self.sock: socket.socket | None = None
         self._setup_timeout = setup_timeout
         self._setup_deadline = float("inf")
@@ -321,6 +333,13 @@ class NodeConnection:
     def _receive(self, data: bytes, now: float) -> None:
         try:
             replies = self.protocol.receive(data)
+        except ResponseTooLargeError as exc:
+            exc.node = self.node_id
+            if exc.api != ApiKey.FETCH:  # the fetcher adapts to its own, and says so
+                log.warning("node %d (%s:%d): %s; connection closed, the request is retried",
+                            self.node_id, *self.address, exc)
+            self.close(_cut(self, f"answer refused: {exc}", exc))
+            return
         except ProtocolError as exc:
             self.close(_cut(self, f"protocol error: {exc}", exc))
             return

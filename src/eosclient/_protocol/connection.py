@@ -23,7 +23,7 @@ from eosclient import __version__
 from eosclient._protocol.apis import Api, api_for
 from eosclient._protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
 from eosclient._protocol.versions import VersionTable, negotiate
-from eosclient.errors import ApiKey, ProtocolError
+from eosclient.errors import ApiKey, ProtocolError, ResponseTooLargeError
 
 _CORRELATION = struct.Struct(">i")
 _UNSUPPORTED_VERSION = 35
@@ -126,9 +126,19 @@ class Connection:
         """Take bytes from the socket; return the replies they complete, in request order.
 
         Raises:
+            ResponseTooLargeError: the next answer is over ``max_frame_size``; its ``api`` names
+                the request it answers (Kafka answers in order: the oldest pending one).
             ProtocolError: bad framing, an unexpected correlation id, or an undecodable response.
         """
-        replies = [self._decode(frame) for frame in self._decoder.feed(data)]
+        try:
+            frames = self._decoder.feed(data)
+        except ResponseTooLargeError as exc:
+            if not self._pending:
+                raise
+            api = self._pending[0].api.key
+            raise ResponseTooLargeError(f"{api.label}: {exc}", size=exc.size, limit=exc.limit,
+                                        api=api) from None
+        replies = [self._decode(frame) for frame in frames]
         for reply in replies:
             if reply.request.API_KEY == ApiKey.API_VERSIONS and reply.response.error_code == 0:
                 keys = reply.response.api_keys

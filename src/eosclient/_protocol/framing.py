@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import struct
 
-from eosclient.errors import ProtocolError
+from eosclient.errors import ProtocolError, ResponseTooLargeError
 
 _SIZE = struct.Struct(">i")
 
-#: Largest frame accepted by default. Brokers cap responses by fetch.max.bytes (50 MiB by
-#: default); a size far beyond that means the stream is not Kafka (or is corrupt).
-DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024
+#: Largest frame accepted by default: ``receive.message.max.bytes``' default (librdkafka's).
+#: Brokers cap Fetch answers by fetch.max.bytes (50 MiB by default), or should (noida-db does
+#: not); the clients pass their setting.
+DEFAULT_MAX_FRAME_SIZE = 100_000_000
 
 
 def frame(payload: bytes) -> bytes:
@@ -44,8 +45,12 @@ class FrameDecoder:
         """Take more bytes from the stream; return the frames they complete, in order.
 
         Raises:
-            ProtocolError: a frame announced a negative size or one over the limit. The decoder
-                is then unusable (the stream has lost its framing); close the connection.
+            ResponseTooLargeError: a frame announced a size over the limit; it is refused before
+                its body is buffered (frames completed before it in the same call are returned
+                first, and the next call raises). The decoder is then unusable; close the
+                connection.
+            ProtocolError: a frame announced a negative size (the stream has lost its framing);
+                close the connection.
         """
         self._buffer += data
         frames: list[bytes] = []
@@ -53,11 +58,15 @@ class FrameDecoder:
         end = len(self._buffer)
         while end - start >= _SIZE.size:
             (size,) = _SIZE.unpack_from(self._buffer, start)
-            if size < 0 or size > self._max_frame_size:
-                raise ProtocolError(
-                    f"frame size {size} is outside 0..{self._max_frame_size}; "
-                    "the stream is not Kafka or is corrupt"
-                )
+            if size < 0:
+                raise ProtocolError(f"frame size {size} is negative; the stream is not Kafka "
+                                    "or is corrupt")
+            if size > self._max_frame_size:
+                if frames:  # hand these over first; the next feed() raises (the header stays)
+                    break
+                raise ResponseTooLargeError(
+                    f"an answer of {size} bytes is over receive.message.max.bytes "
+                    f"({self._max_frame_size})", size=size, limit=self._max_frame_size)
             if end - start - _SIZE.size < size:
                 break
             body_start = start + _SIZE.size
