@@ -133,14 +133,17 @@ def add_copy_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument("--group", required=True, help="the consumer group id")
     parser.add_argument("--transactional-id", required=True, help="stable across restarts")
     parser.add_argument("--bootstrap-servers", required=True, help="host:port[,host:port]")
-    parser.add_argument("--max-records-per-transaction", type=int, default=500)
-    parser.add_argument("--commit-interval-ms", type=int, default=100)
-    parser.add_argument("--max-consecutive-aborts", type=int, default=10,
+    parser.add_argument("--max-records-per-transaction", type=_at_least(1), default=500)
+    parser.add_argument("--commit-interval-ms", type=_at_least(0), default=100)
+    parser.add_argument("--max-consecutive-aborts", type=_at_least(0), default=10,
                         help="give up after this many aborted transactions in a row (10); "
                         "0: never")
-    parser.add_argument("--max-records", type=int, help="stop after this many input records")
-    parser.add_argument("--idle-timeout", type=float, help="stop after this long without records")
-    parser.add_argument("--progress-interval", type=float, default=1.0,
+    parser.add_argument("--max-records", type=_at_least(0),
+                        help="stop after this many input records")
+    parser.add_argument("--idle-timeout", type=_seconds,
+                        help="stop after this many seconds without records, counted from the "
+                        "start; exit 1 if no input partition was ever assigned by then")
+    parser.add_argument("--progress-interval", type=_seconds, default=1.0,
                         help="seconds between progress lines (1)")
     parser.add_argument("--consumer-property", action="append", default=[], metavar="KEY=VALUE",
                         help="a consumer setting by Kafka's dotted key (repeatable)")
@@ -182,12 +185,35 @@ def _copy(args: argparse.Namespace) -> int:
             print(f"eosclient copy: {exc}", file=sys.stderr)
             return 2
         except EosError as exc:
-            print(f"eosclient copy: {exc!r}", file=sys.stderr)
+            print(f"eosclient copy: {_explain(exc)}", file=sys.stderr)
             return 1
         finally:
             stop.set()
     print(f"done: {stats}", flush=True)
     return 0
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def _explain(exc: BaseException) -> str:
+    """``Kind: message``, then each cause the same way: the root cause is often the answer
+    (a timeout caused by a refused connection, say)."""
+    parts, seen = [], set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__
+    return "; caused by ".join(parts)
 
 
 def _properties(items: list[str]) -> dict[str, object]:

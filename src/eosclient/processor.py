@@ -76,6 +76,8 @@ from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer
 from eosclient.errors import AbortableError, EosError, KafkaTimeoutError
 from eosclient.producer import TransactionalProducer
 
+_UNKNOWN_TOPIC = 3  # UNKNOWN_TOPIC_OR_PARTITION
+
 __all__ = ["SOURCE_HEADER", "ExactlyOnceProcessor", "OutputRecord", "ProcessorStats"]
 
 log = logging.getLogger("eosclient.processor")
@@ -184,6 +186,7 @@ class ExactlyOnceProcessor:
         self._consumer_config = {"auto.offset.reset": "earliest",
                                  "group.instance.id": transactional_id, **(consumer_config or {})}
         self._stop = threading.Event()
+        self._started = time.monotonic()
         self._counter = StatsCounter()
         self._txn: _Txn | None = None
         self._rewind = False
@@ -209,11 +212,16 @@ class ExactlyOnceProcessor:
     def run(self, max_records: int | None = None, timeout: float | None = None,
             idle_timeout: float | None = None) -> ProcessorStats:
         """Process until ``stop()``, ``max_records`` input records, ``timeout`` seconds, or
-        ``idle_timeout`` seconds without a record (counted while partitions are assigned: a
-        group join may wait for a dead member's session to expire); commit, close the
-        clients, return the stats.
+        ``idle_timeout`` seconds without a record; commit, close the clients, return the stats.
+
+        ``idle_timeout`` counts from the start (``init_transactions()`` and the first group
+        join included), then from the last record; once partitions were assigned, a later
+        rebalance does not count (a join may wait for a dead member's session to expire).
 
         Raises:
+            KafkaTimeoutError: ``idle_timeout`` passed before any partition was ever assigned
+                (an input topic that does not exist, no broker reachable: the message says
+                which), or init did not finish within it; clients closed.
             FencedError: another instance took over the transactional.id; clients closed.
             FatalError: e.g. not authorised; clients closed.
             KafkaTimeoutError: init or a commit did not finish in time; clients closed.
@@ -225,7 +233,7 @@ class ExactlyOnceProcessor:
         self._counter.started()
         stop_at = time.monotonic() + timeout if timeout is not None else float("inf")
         try:
-            self._open()
+            self._open(idle_timeout)
             self._loop(max_records, stop_at, idle_timeout)
             self._commit()
         except BaseException:
@@ -240,20 +248,44 @@ class ExactlyOnceProcessor:
     # -- the loop -------------------------------------------------------------------------------
 
     def _loop(self, max_records: int | None, stop_at: float, idle: float | None) -> None:
-        last_record = time.monotonic()
+        last_record = self._started
+        assigned_once = False
         while not self._stop.is_set():
             now = time.monotonic()
-            if now >= stop_at or (idle is not None and self._txn is None
-                                  and now - last_record >= idle):
+            if now >= stop_at:
+                return
+            if idle is not None and self._txn is None and now - last_record >= idle:
+                if not assigned_once:  # nothing was ever there to read: say why, fail
+                    raise self._never_assigned(now - self._started)
                 return
             budget = self._budget(max_records)
             if budget <= 0:
                 return
             try:
-                if self._step(budget) or not self._need(self._consumer).assignment():
+                read = self._step(budget)
+                assigned = bool(self._need(self._consumer).assignment())
+                assigned_once = assigned_once or assigned
+                if read or (assigned_once and not assigned):  # a rebalance: not idle
                     last_record = time.monotonic()
             except AbortableError as exc:
                 self._recover(exc)
+
+    def _never_assigned(self, waited: float) -> KafkaTimeoutError:
+        """The typed error for a run whose idle timeout passed with nothing ever assigned."""
+        consumer = self._need(self._consumer)
+        metadata = consumer._metadata  # the processor owns this consumer
+        missing = [t for t in self.input_topics if (e := metadata.last_error(t)) is not None
+                   and e.code == _UNKNOWN_TOPIC]
+        known = [t for t in self.input_topics if metadata.partition_count(t) is not None]
+        if missing:
+            why = f"input topic(s) {', '.join(missing)} do not exist (UNKNOWN_TOPIC_OR_PARTITION)"
+        elif not known:
+            why = (f"no broker of {self.bootstrap_servers} answered Metadata (unreachable? see "
+                   "the WARNING lines)")
+        else:
+            why = f"the group {self.group_id!r} join did not complete"
+        return KafkaTimeoutError(f"no input partition was assigned in {waited:.1f} s "
+                                 f"(idle_timeout): {why}")
 
     def _budget(self, max_records: int | None) -> int:
         """How many more input records this run may take into the open transaction."""
@@ -396,12 +428,13 @@ class ExactlyOnceProcessor:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def _open(self) -> None:
+    def _open(self, idle: float | None) -> None:
+        self._started = time.monotonic()
         producer = TransactionalProducer(self.bootstrap_servers,
                                          transactional_id=self.transactional_id,
                                          config=self._producer_config)
         self._producer = producer
-        producer.init_transactions()  # fences an older instance, settles what it left open
+        producer.init_transactions(idle)  # fences an older instance, settles what it left open
         self._declared = self._output_partitions() if self._preregister else None
         consumer = ReadCommittedConsumer(self.bootstrap_servers, group_id=self.group_id,
                                          config=self._consumer_config)

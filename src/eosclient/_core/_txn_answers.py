@@ -44,6 +44,7 @@ from eosclient._core._txn_values import (
     MAY_LAND_LATE,
     REGISTRATION,
     Destination,
+    EarlyAbort,
     Ending,
     EndOutcome,
     InitForm,
@@ -111,15 +112,27 @@ class TxnAnswers:
     _recovery: Recovery
     _stragglers: Stragglers
     _quiet_until: float
+    _txn_deadline: float | None
+    _early: EarlyAbort
 
     def _transition(
         self, event: Input, cause: str, *, error: EosError | None = None, now: float = 0.0
     ) -> None:
         raise NotImplementedError  # the engine's: the one way the state changes
 
+    def _settle_early(self) -> None:
+        raise NotImplementedError  # the engine's: the client's own abort is over
+
+    def _arm(self, now: float) -> None:
+        """Start the transaction's clock at its first registration, as the coordinator does
+        (it starts when it first hears of the transaction, a little later: so ours ends first)."""
+        if self._txn_deadline is None and self.transactional_id is not None:
+            self._txn_deadline = now + self.transaction_timeout_ms / 1000
+
     # -- asking ---------------------------------------------------------------------------
 
     def _add_partitions_job(self, partitions: frozenset[TopicPartition], now: float) -> None:
+        self._arm(now)
         self._adding |= partitions
         self._conv.add(Job(Step.ADD_PARTITIONS, Destination.TXN_COORDINATOR,
                            key=self.transactional_id or "", partitions=partitions,
@@ -131,6 +144,7 @@ class TxnAnswers:
             and job.group.group_id == group_id for job in self._conv.jobs
         ):
             return
+        self._arm(now)
         self._conv.add(Job(Step.ADD_OFFSETS, Destination.TXN_COORDINATOR,
                            key=self.transactional_id or "", group=GroupMetadata(group_id),
                            not_before=now))
@@ -155,6 +169,7 @@ class TxnAnswers:
         bump = self._recovery is Recovery.BUMP_EPOCH or self._stragglers is Stragglers.POSSIBLE
         if not bump:
             self._transition(Input.RECV_END_TXN_OK, cause, now=now)
+            self._settle_early()  # (in ABORTABLE_ERROR: the client's own abort)
             return
         self._registered.clear()  # the transaction is over: nothing of it is sent again
         self._transition(Input.RECV_END_TXN_BUMP, cause, now=now)
@@ -221,7 +236,7 @@ class TxnAnswers:
         if input_for(error) is not Input.RECV_ABORTABLE:
             return False
         state = self._machine.state
-        if state is State.ABORTING:
+        if state is State.ABORTING or self._early is EarlyAbort.RUNNING:
             return job.step in (Step.END_TXN, Step.INIT)
         return state is State.COMMITTING and job.step is Step.INIT
 
@@ -278,6 +293,8 @@ class TxnAnswers:
         self._conv.outbox.append(SequencesReset(old, new))
         self._transition(Input.RECV_INIT_OK, f"producer id {new.producer_id}, epoch "
                          f"{new.epoch} ({form.name.lower()} form)", now=now)
+        if self._machine.state is State.ABORTABLE_ERROR:
+            self._settle_early()  # the bump that ended the client's own abort
 
     def _on_add_partitions(self, job: Job, response: Any, now: float) -> None:
         codes = wire.partition_codes(response)

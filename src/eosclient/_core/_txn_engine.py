@@ -28,6 +28,7 @@ from eosclient._core._txn_values import (
     WAIT_OF,
     Completion,
     Destination,
+    EarlyAbort,
     Ending,
     EndOutcome,
     FailUnsent,
@@ -35,6 +36,7 @@ from eosclient._core._txn_values import (
     Recovery,
     Step,
     Stragglers,
+    TransactionExpired,
     Wait,
 )
 from eosclient._core.types import NO_IDENTITY, ProducerIdentity, TopicPartition
@@ -108,6 +110,8 @@ class TxnEngine(TxnAnswers):
         self._recovery = Recovery.ABORT
         self._stragglers = Stragglers.NONE
         self._quiet_until = 0.0
+        self._txn_deadline: float | None = None  # armed by the first registration
+        self._early = EarlyAbort.NONE
 
     def _current(self, identity: ProducerIdentity, generation: int) -> bool:
         """Whether a batch of ``identity`` and ``generation`` still matters."""
@@ -116,8 +120,9 @@ class TxnEngine(TxnAnswers):
         if self.transactional_id is None:
             return self._machine.state in (State.READY, State.INITIALIZING)
         state = self._machine.state
-        ended = state in (State.COMMITTING, State.ABORTING) and self._ending is None
-        return generation == self.generation and state in OPEN and not ended  # ended: bumping
+        ending = state in (State.COMMITTING, State.ABORTING) or self._early is not EarlyAbort.NONE
+        ended = ending and self._ending is None  # over at the coordinator: bumping, or done
+        return generation == self.generation and state in OPEN and not ended
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -211,6 +216,11 @@ class TxnEngine(TxnAnswers):
         after = self._machine.process(event, cause)
         if event is Input.RECV_BUMP_REQUIRED and self.transactional_id is not None:
             self._recovery = Recovery.BUMP_EPOCH
+        if event is Input.TIMER_TXN_EXPIRED and after is State.ABORTABLE_ERROR:
+            if after is not before:
+                self._enter_abortable(error)
+            self._abort_early(cause)
+            return
         if after is before:
             return
         if after is State.FATAL and not isinstance(error, FatalError):
@@ -275,6 +285,28 @@ class TxnEngine(TxnAnswers):
                 "abort_transaction() was called while the commit waited: the transaction is "
                 "aborted"))
             self._timed_out.discard(Input.CALL_COMMIT)
+        if self._early is EarlyAbort.RUNNING:
+            return  # the client's own abort goes on; abort_transaction() waits for it
+        if self._early is EarlyAbort.DONE:
+            self._ending = Ending(committed=False)  # nothing is registered: READY at next poll
+            return
+        self._start_abort(error)
+
+    def _abort_early(self, cause: str) -> None:
+        """TIMER_TXN_EXPIRED: abort the transaction now, without waiting for the application.
+
+        Why the client does what Java's client leaves to the broker is in ``txn.py``
+        (Decisions: transaction timeout). The state stays ABORTABLE_ERROR, so the application's
+        next call still raises, and ``abort_transaction()`` then finds this abort running or done.
+        """
+        self._conv.outbox.append(TransactionExpired(self.generation, cause))
+        if self._early is not EarlyAbort.NONE:
+            return
+        self._early = EarlyAbort.RUNNING
+        self._start_abort(self._error or AbortableError(cause))
+
+    def _start_abort(self, error: EosError) -> None:
+        """What every abort starts with: fail the unsent, drop unsent registrations, EndTxn."""
         self._conv.outbox.append(FailUnsent(self.generation, error))
         for job in self._conv.drop_unsent(REGISTRATION | {Step.FIND}):
             self._adding -= job.partitions  # never sent: the broker cannot have acted on it
@@ -283,6 +315,39 @@ class TxnEngine(TxnAnswers):
         self._pending.clear()
         self._ending = Ending(committed=False)
         self._resolve({Input.CALL_SEND_OFFSETS}, error)
+
+    def _settle_early(self) -> None:
+        """The client's own abort is over at the coordinator (and bumped, if it had to be)."""
+        if self._early is EarlyAbort.NONE:
+            return
+        self._early = EarlyAbort.DONE
+        self._registered.clear()
+        self._groups.clear()
+        self._recovery = Recovery.ABORT
+        self._stragglers = Stragglers.NONE
+
+    def _check_expiry(self, now: float) -> None:
+        """Fire TIMER_TXN_EXPIRED once the transaction's deadline passed (once per transaction)."""
+        deadline = self._txn_deadline
+        if deadline is None or now < deadline:
+            return
+        self._txn_deadline = None
+        state, ending = self._machine.state, self._ending
+        sent = ending is None or ending.outcome is not EndOutcome.UNSENT
+        if state is State.COMMITTING and sent:
+            return  # EndTxn(commit) may have landed: an unconfirmed commit is only retried as one
+        if not self._machine.allows(Input.TIMER_TXN_EXPIRED):
+            return
+        elapsed = now - deadline + self.transaction_timeout_ms / 1000
+        cause = (
+            f"transaction.timeout.ms ({self.transaction_timeout_ms} ms) passed: the transaction "
+            f"of transactional.id {self.transactional_id!r} (producer id "
+            f"{self.identity.producer_id}, epoch {self.identity.epoch}) was open {elapsed:.1f} s "
+            "since its first registration, and no broker here aborts it, so the client is "
+            "aborting it now (EndTxn(abort)) to let the LSO move on; call abort_transaction() "
+            "and redo the transaction")
+        error = AbortableError(cause) if state is not State.ABORTABLE_ERROR else None
+        self._transition(Input.TIMER_TXN_EXPIRED, cause, error=error, now=now)
 
     def _txn_destination(self) -> Destination:
         if self.transactional_id is None:

@@ -49,7 +49,8 @@ ABSORBING = frozenset({State.FENCED, State.FATAL, State.CLOSED})
 
 
 class Input(enum.Enum):
-    """What moves the machine, named by cause: ``CALL_*`` the application, ``RECV_*`` a broker."""
+    """What moves the machine, named by cause: ``CALL_*`` the application, ``RECV_*`` a broker,
+    ``TIMER_*`` the client's own clock."""
 
     CALL_INIT = "init_transactions()"
     CALL_BEGIN = "begin_transaction()"
@@ -67,11 +68,17 @@ class Input(enum.Enum):
     RECV_END_TXN_UNKNOWN = "EndTxn timed out or its connection dropped: outcome unknown"
     RECV_FENCED = "a FencedError: another instance owns the transactional.id"
     RECV_FATAL = "a FatalError, or a broker event the table does not allow"
+    TIMER_TXN_EXPIRED = "transaction.timeout.ms passed since the transaction's first registration"
 
     @property
     def is_call(self) -> bool:
         """True for inputs caused by the application (``CALL_*``)."""
         return self.name.startswith("CALL_")
+
+    @property
+    def is_timer(self) -> bool:
+        """True for inputs caused by the client's own clock (``TIMER_*``)."""
+        return self.name.startswith("TIMER_")
 
 
 class Transition(NamedTuple):
@@ -107,6 +114,7 @@ TRANSACTIONAL_TABLE: Mapping[tuple[State, Input], State] = {
     (S.IN_TRANSACTION, In.RECV_BUMP_REQUIRED): S.ABORTABLE_ERROR,
     (S.IN_TRANSACTION, In.RECV_FENCED): S.FENCED,
     (S.IN_TRANSACTION, In.RECV_FATAL): S.FATAL,
+    (S.IN_TRANSACTION, In.TIMER_TXN_EXPIRED): S.ABORTABLE_ERROR,  # and the client aborts it
     (S.COMMITTING, In.CALL_COMMIT): S.COMMITTING,  # resume the same EndTxn(commit)
     (S.COMMITTING, In.CALL_ABORT): S.ABORTING,  # only while no EndTxn(commit) was sent (guard)
     (S.COMMITTING, In.CALL_INIT): S.INITIALIZING,  # give up on the outcome; re-initialise (bump)
@@ -120,6 +128,7 @@ TRANSACTIONAL_TABLE: Mapping[tuple[State, Input], State] = {
     (S.COMMITTING, In.RECV_BUMP_REQUIRED): S.ABORTABLE_ERROR,
     (S.COMMITTING, In.RECV_FENCED): S.FENCED,
     (S.COMMITTING, In.RECV_FATAL): S.FATAL,
+    (S.COMMITTING, In.TIMER_TXN_EXPIRED): S.ABORTABLE_ERROR,  # only while EndTxn is unsent (guard)
     (S.ABORTING, In.CALL_ABORT): S.ABORTING,  # resume the same abort (and its bump)
     (S.ABORTING, In.CALL_INIT): S.INITIALIZING,
     (S.ABORTING, In.CALL_CLOSE): S.CLOSED,
@@ -139,6 +148,13 @@ TRANSACTIONAL_TABLE: Mapping[tuple[State, Input], State] = {
     (S.ABORTABLE_ERROR, In.RECV_BUMP_REQUIRED): S.ABORTABLE_ERROR,
     (S.ABORTABLE_ERROR, In.RECV_FENCED): S.FENCED,
     (S.ABORTABLE_ERROR, In.RECV_FATAL): S.FATAL,
+    # The client aborts an expired transaction itself (the application may be hung); the state
+    # stays ABORTABLE_ERROR until abort_transaction(), so the application still learns of it.
+    (S.ABORTABLE_ERROR, In.TIMER_TXN_EXPIRED): S.ABORTABLE_ERROR,
+    (S.ABORTABLE_ERROR, In.RECV_END_TXN_OK): S.ABORTABLE_ERROR,
+    (S.ABORTABLE_ERROR, In.RECV_END_TXN_BUMP): S.ABORTABLE_ERROR,
+    (S.ABORTABLE_ERROR, In.RECV_END_TXN_UNKNOWN): S.ABORTABLE_ERROR,
+    (S.ABORTABLE_ERROR, In.RECV_INIT_OK): S.ABORTABLE_ERROR,
     (S.FENCED, In.CALL_CLOSE): S.FENCED,
     (S.FATAL, In.CALL_CLOSE): S.FATAL,
     (S.CLOSED, In.CALL_CLOSE): S.CLOSED,
@@ -209,7 +225,7 @@ class StateMachine:
         """Follow the edge for ``input``; return the new state.
 
         A broker event without an edge moves to FATAL (the peer broke the protocol), except in an
-        absorbing state, which drops it.
+        absorbing state, which drops it. A timer without an edge has nothing to do: dropped.
 
         Raises:
             IllegalStateError: ``input`` is an application call without an edge here; the state
@@ -219,7 +235,7 @@ class StateMachine:
         if target is None:
             if input.is_call:
                 raise IllegalStateError(self.refusal(input), api=None)
-            if self.state in ABSORBING:
+            if self.state in ABSORBING or input.is_timer:
                 return self.state
             target, cause = State.FATAL, f"illegal broker event {input.name}: {cause}"
         self.history.append(Transition(self.state, input, target, cause))
@@ -260,11 +276,12 @@ _INTRO = """\
 Generated from `eosclient/_core/_txn_table.py` by `scripts/gen_docs.py`; a unit
 test regenerates it and compares, so do not edit by hand.
 
-Application calls are `CALL_*`, broker events `RECV_*`. A call without an edge raises
-`IllegalStateError` and changes nothing (in ABORTABLE_ERROR, FENCED and FATAL it raises the
-error that put the producer there). A broker event without an edge moves to FATAL; FENCED, FATAL
-and CLOSED drop broker events and accept only `close()`. The theory of operation is in
-`eosclient/_core/txn.py`, the recovery rules in `eosclient/_core/_txn_answers.py`; in short:
+Application calls are `CALL_*`, broker events `RECV_*`, the client's own clock `TIMER_*`. A call
+without an edge raises `IllegalStateError` and changes nothing (in ABORTABLE_ERROR, FENCED and
+FATAL it raises the error that put the producer there). A broker event without an edge moves to
+FATAL; FENCED, FATAL and CLOSED drop broker events and accept only `close()`; a timer without an
+edge is dropped. The theory of operation is in `eosclient/_core/txn.py`, the recovery rules in
+`eosclient/_core/_txn_answers.py`; in short:
 
 * `abort_transaction()` in COMMITTING is allowed only while no EndTxn(commit) has been sent.
 * `RECV_END_TXN_BUMP` (COMMITTING or ABORTING): the end is confirmed, and the epoch is bumped
@@ -275,6 +292,12 @@ and CLOSED drop broker events and accept only `close()`. The theory of operation
   new producer id at epoch 0); any other answer is `RECV_FENCED`. A broker that rejects the
   KIP-360 form gets the plain form: it bumps for whoever asks, so a successor that took the
   transactional.id just before is fenced by it too (both stop; neither commits).
+* `TIMER_TXN_EXPIRED`: the transaction was open `transaction.timeout.ms` since its first
+  registration. No broker here aborts it, so the client does: ABORTABLE_ERROR, and the I/O thread
+  sends EndTxn(abort) at once (after its batches are answered), so the LSO moves on even if the
+  application hangs. The `RECV_END_TXN_*` / `RECV_INIT_OK` self-loops of ABORTABLE_ERROR are that
+  abort; `abort_transaction()` then finds it done. In COMMITTING it fires only while EndTxn(commit)
+  is unsent.
 * `RECV_FENCED` also follows three EndTxn attempts in a row answered by the broker closing the
   connection (Tansu's answer to a stale epoch).
 """

@@ -21,6 +21,7 @@ __all__ = [
     "WAIT_OF",
     "Completion",
     "Destination",
+    "EarlyAbort",
     "EndOutcome",
     "Ending",
     "FailUnsent",
@@ -32,6 +33,7 @@ __all__ = [
     "SequencesReset",
     "Step",
     "Stragglers",
+    "TransactionExpired",
     "Wait",
     "is_successor",
 ]
@@ -71,7 +73,19 @@ class SequencesReset:
     new: ProducerIdentity
 
 
-Output = SendRequest | FailUnsent | SequencesReset
+@dataclass(frozen=True, slots=True)
+class TransactionExpired:
+    """The open transaction passed ``transaction.timeout.ms``; the client is aborting it itself.
+
+    The facade logs ``message`` at WARNING: nothing else tells an operator why the application's
+    next call fails, or why the LSO moved on while the application was stuck.
+    """
+
+    generation: int
+    message: str
+
+
+Output = SendRequest | FailUnsent | SequencesReset | TransactionExpired
 
 
 class Recovery(enum.Enum):
@@ -94,6 +108,18 @@ class Stragglers(enum.Enum):
 
     NONE = "every coordinator request of the transaction was answered"
     POSSIBLE = "an answer was lost: the request may still land; bump the epoch after the end"
+
+
+class EarlyAbort(enum.Enum):
+    """Whether the client is aborting an expired transaction before the application asked.
+
+    The application learns of it at its next call (ABORTABLE_ERROR) and must still call
+    ``abort_transaction()``, which then waits for this abort or finds it done.
+    """
+
+    NONE = "the application ends the transaction"
+    RUNNING = "the client is aborting the expired transaction (EndTxn(abort), maybe a bump)"
+    DONE = "the coordinator aborted it; abort_transaction() only has to acknowledge it"
 
 
 class EndOutcome(enum.Enum):

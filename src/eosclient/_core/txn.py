@@ -80,6 +80,23 @@ Decisions
   Once settled, the epoch is bumped before READY: the lost EndTxn may still land (the same holds
   for a lost TxnOffsetCommit or registration). ``abort`` may replace a ``commit`` whose EndTxn
   has not been sent.
+* **Transaction timeout: the client aborts, at once.** ``transaction.timeout.ms`` is counted
+  from the transaction's first registration (the coordinator starts its clock when that request
+  arrives, a little later, so the client's deadline comes first). When it passes,
+  TIMER_TXN_EXPIRED moves IN_TRANSACTION (or COMMITTING whose EndTxn is unsent, or an
+  ABORTABLE_ERROR nobody aborted) to ABORTABLE_ERROR, :class:`TransactionExpired` asks the facade
+  to log a WARNING, and the I/O thread sends EndTxn(abort) itself, after the transaction's
+  batches are answered (KAFKA-14053), bumping where KIP-360 asks. Java's client only fails the
+  next call and leaves the abort to the coordinator, which aborts and bumps the epoch on its
+  own. Neither broker here does (BROKERS.md), so a hung application, the very case the setting
+  exists for, would hold back the LSO of every partition it wrote, and every read_committed
+  reader behind it, for ever; the I/O thread is the only live party left to end it. The abort is
+  what a broker would have done, so it breaks no promise: nothing of the transaction was
+  committed, and the application still learns of it, because the state stays ABORTABLE_ERROR
+  (its next call raises an AbortableError naming the timeout) until ``abort_transaction()``,
+  which then finds the abort done (:class:`~eosclient._core._txn_values.EarlyAbort`). A process
+  that is stopped altogether (SIGSTOP, a VM pause) cannot do this; its successor's
+  InitProducerId aborts the transaction instead.
 * **Timeouts.** A blocking call returns a :class:`Completion`; when ``now`` passes its deadline
   it fails with :class:`~eosclient.errors.KafkaTimeoutError` while the work goes on (as in Java).
   If the work then succeeds, the same call made again returns that success at once.
@@ -111,6 +128,7 @@ from eosclient._core._txn_values import (
     SendRequest,
     SequencesReset,
     Step,
+    TransactionExpired,
     Wait,
 )
 from eosclient._core._txn_wire import GroupMetadata, Node
@@ -145,6 +163,7 @@ __all__ = [
     "State",
     "TopicPartition",
     "TransactionCore",
+    "TransactionExpired",
     "Transition",
     "Wait",
     "mermaid_diagram",
@@ -214,8 +233,12 @@ class TransactionCore(TxnEngine):
         return frozenset(self._waits())
 
     def next_timer(self) -> float | None:
-        """When :meth:`poll` must run even if nothing arrives (the nearest deadline)."""
-        return min((w.deadline for w in self._waiters if not w.done), default=None)
+        """When :meth:`poll` must run even if nothing arrives (the nearest deadline, including
+        the open transaction's ``transaction.timeout.ms``)."""
+        deadlines = [w.deadline for w in self._waiters if not w.done]
+        if self._txn_deadline is not None and self._machine.allows(Input.TIMER_TXN_EXPIRED):
+            deadlines.append(self._txn_deadline)
+        return min(deadlines, default=None)
 
     def partition_ready(self, tp: TopicPartition) -> bool:
         """Whether batches for ``tp`` may be sent now (registered in the open transaction)."""
@@ -418,11 +441,12 @@ class TransactionCore(TxnEngine):
         """
         self._expire(now)
         self._incomplete = incomplete_batches
+        self._check_expiry(now)
         if self._machine.state in DRAINING and self._pending and not self._adding:
             self._add_partitions_job(frozenset(self._pending), now)
             self._pending.clear()
-        if self._machine.state in (State.COMMITTING, State.ABORTING):
-            self._maybe_end(now)
+        if self._machine.state in (State.COMMITTING, State.ABORTING, State.ABORTABLE_ERROR):
+            self._maybe_end(now)  # (ABORTABLE_ERROR: only the client's own abort has an end)
         self._conv.emit(self._build, self.identity, self._ready)
         return self._conv.take()
 

@@ -56,6 +56,8 @@ from eosclient._net.node import Answer, NodeConnection, Phase
 from eosclient.config import ClientConfig
 from eosclient.errors import KafkaConnectionError, ProtocolError
 
+_UNKNOWN_TOPIC = 3  # UNKNOWN_TOPIC_OR_PARTITION
+
 __all__ = ["Answer", "NetworkClient"]
 
 log = logging.getLogger("eosclient.net")
@@ -93,6 +95,7 @@ class NetworkClient:
         self._fds: dict[NodeConnection, tuple[int, int]] = {}  # registered fd and events
         self._failures: dict[int, int] = {}  # node id -> connects failed in a row
         self._not_before: dict[int, float] = {}  # node id -> reconnect backoff end
+        self._unknown_topics: set[str] = set()  # warned about: the cluster has no such topic
         self._answers: list[Answer] = []
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -311,6 +314,10 @@ class NetworkClient:
         failures = self._failures.get(conn.node_id, 0) + 1
         self._failures[conn.node_id] = failures
         self._not_before[conn.node_id] = now + self._reconnect.delay(failures)
+        if failures == 1 and not conn.was_ready:  # once per streak: the retries go on quietly
+            host, port = conn.address
+            log.warning("cannot connect to %s:%s (%s); retrying with backoff",
+                        host, port, conn.failure or "closed during setup")
 
     def _drain_wakeups(self) -> None:
         try:
@@ -324,6 +331,18 @@ class NetworkClient:
             self.metadata.on_failure()
         else:
             self.metadata.on_response(answer.response, self._clock())
+            self._warn_unknown_topics(answer.response)
+
+    def _warn_unknown_topics(self, response: Any) -> None:
+        """WARNING once per topic the cluster says does not exist (a subscription to it waits
+        silently otherwise); again if it comes back after it existed."""
+        for topic in response.topics:
+            if topic.error_code != _UNKNOWN_TOPIC:
+                self._unknown_topics.discard(topic.name)
+            elif topic.name not in self._unknown_topics:
+                self._unknown_topics.add(topic.name)
+                log.warning("topic %r does not exist (UNKNOWN_TOPIC_OR_PARTITION); waiting for "
+                            "it to be created", topic.name)
 
 
 def _split(server: str) -> tuple[str, int]:

@@ -152,6 +152,8 @@ class NodeConnection:
         self.address = address
         self.phase = Phase.WAITING
         self.start_at = start_at
+        self.was_ready = False  # the handshake completed once (a failed connect: it never did)
+        self.failure: EosError | None = None  # why it closed, once CLOSED
         self.protocol = Connection(client_id, max_frame_size=max_frame_size)
         self.sock: socket.socket | None = None
         self._setup_timeout = setup_timeout
@@ -283,6 +285,8 @@ class NodeConnection:
         """Close the socket; every request not answered fails with ``error``. Idempotent."""
         if self.phase is Phase.CLOSED:
             return
+        self.was_ready = self.was_ready or self.ready
+        self.failure = error
         self.phase = Phase.CLOSED
         if self.sock is not None:
             self.sock.close()

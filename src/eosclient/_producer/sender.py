@@ -45,7 +45,9 @@ from eosclient._core.accumulator import AccumulatorSettings, RecordAccumulator
 from eosclient._core.txn import (
     FailUnsent,
     SendRequest,
+    SequencesReset,
     TransactionCore,
+    TransactionExpired,
 )
 from eosclient._core.types import NO_IDENTITY
 from eosclient._net.client import Answer, NetworkClient
@@ -195,7 +197,9 @@ class Sender(IoThread):
                 elif isinstance(out, FailUnsent):
                     self.acc.fail_generation(out.generation, out.error)
                     changed = True
-                else:
+                elif isinstance(out, TransactionExpired):
+                    log.warning("%s", out.message)
+                elif isinstance(out, SequencesReset):
                     self.acc.reset_identity(out.new)
                     self._lane.forget_retries()
                     changed = True
