@@ -191,8 +191,8 @@ def _draw(rng: random.Random, kind: FaultKind, t: float, free: list[str], *,
         return Fault(t, kind, f"x{len(extras_until) - 1}", hold)
     target = rng.choice(free)
     if kind == "kill":
-        killed = sum(1 for u in free_at.values() if u == math.inf)
-        for_good = rng.random() < 0.15 and killed + 1 < len(free_at)
+        killed = any(u == math.inf for u in free_at.values())
+        for_good = rng.random() < 0.15 and not killed and len(free_at) > 1
         hold = None if for_good else round(rng.uniform(0.5, 2 * session), 1)
     elif kind == "pause":
         hold = round(rng.uniform(1.2 * session, 2.5 * session), 1)
@@ -345,6 +345,14 @@ class NemesisResult:
     report_path: Path | None = None
     error: str = ""  # the run itself failed (a broker that went away)
 
+    @property
+    def uncommitted(self) -> int:
+        """Input records past the group's committed offsets at the last sample."""
+        if not self.samples:
+            return 0
+        last = self.samples[-1]
+        return sum(max(0, end - last.committed.get(p, 0)) for p, end in last.ends.items())
+
     def count(self, kind: str) -> int:
         """One of the checker's counts (0 when the checker did not run)."""
         return getattr(self.report.totals, kind) if self.report is not None else 0
@@ -352,6 +360,9 @@ class NemesisResult:
     def problems(self) -> list[str]:
         """Everything wrong with the run (empty: it passed)."""
         found = [f"{kind}: {self.count(kind)}" for kind in KINDS if self.count(kind)]
+        if self.count("lost") and self.uncommitted:
+            found[0] += (f" (of which up to {self.uncommitted} past the group's committed "
+                         "offsets: not copied because the group stalled)")
         if self.error:
             found.append(f"run failed: {self.error}")
         elif self.report is None:
@@ -734,6 +745,7 @@ def run_nemesis(broker: RunningBroker, *, seed: int, duration: float = 60.0,
         try:
             result.report = nemesis.run.check(timeout=max(60.0, records / 500))
             nemesis.read_writes()
+            result.liveness += _last_writers(result)
         except EosError as exc:
             result.error = f"checking: {exc!r}"
     result.seconds = round(time.monotonic() - started, 1)
@@ -742,6 +754,20 @@ def run_nemesis(broker: RunningBroker, *, seed: int, duration: float = 60.0,
 
         result.report_path = write_report(result, report_dir)
     return result
+
+
+def _last_writers(result: NemesisResult) -> list[str]:
+    """Each input partition's last committed output must come from a worker alive at the end
+    (the probe record went through it)."""
+    if not result.samples or result.liveness:
+        return []  # the drain or the probe failed already: that is the problem to read
+    alive = set(result.samples[-1].alive)
+    last: dict[int, Write] = {}
+    for write in sorted(result.writes, key=lambda w: w.t):
+        if write.committed:
+            last.update(dict.fromkeys(write.sources, write))
+    return [f"input partition {p}: last written by {w.slot} at {w.t:.1f} s, not alive at the "
+            "end" for p, w in sorted(last.items()) if w.slot not in alive]
 
 
 # -- the table and the command line ----------------------------------------------------------------
