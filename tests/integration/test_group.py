@@ -174,20 +174,35 @@ def test_send_offsets_to_transaction_with_the_group_metadata(
         assert consumer.committed([tp], timeout=10) == {tp: 1}
 
 
-# A member that polls until it is killed; it prints its partitions once it has some.
+# A member that polls until it is killed (or fenced); it prints its partitions once it has some.
 _STATIC_MEMBER = """
 import sys
-from eosclient import ReadCommittedConsumer
-boot, topic, group, instance = sys.argv[1:5]
+from eosclient import FencedError, ReadCommittedConsumer
+boot, topic, group, instance, session_ms = sys.argv[1:6]
 c = ReadCommittedConsumer(boot, group_id=group, group_instance_id=instance,
                           auto_offset_reset="earliest",
-                          config={"session.timeout.ms": 30000, "heartbeat.interval.ms": 1000})
+                          config={"session.timeout.ms": int(session_ms),
+                                  "heartbeat.interval.ms": 1000})
 c.subscribe([topic])
 while True:
-    c.poll(0.2)
+    try:
+        c.poll(0.2)
+    except FencedError as exc:
+        print("FENCED", exc.code, flush=True)
+        sys.exit(3)
     if c.assignment():
         print("ASSIGNED", len(c.assignment()), flush=True)
 """
+
+
+def start_static_member(broker: RunningBroker, topic: str, group: str, instance: str,
+                        session_ms: int) -> subprocess.Popen[str]:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _STATIC_MEMBER, broker.bootstrap_servers, topic, group, instance,
+         str(session_ms)], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert child.stdout is not None
+    return child
 
 
 def test_a_static_member_killed_and_restarted_gets_its_partitions_at_once(
@@ -198,9 +213,7 @@ def test_a_static_member_killed_and_restarted_gets_its_partitions_at_once(
     # (30 s here) to wait for.
     create_topic(noida_broker, topic_name, 2)
     group, instance = unique_name("group"), unique_name("instance")
-    child = subprocess.Popen(
-        [sys.executable, "-c", _STATIC_MEMBER, noida_broker.bootstrap_servers, topic_name, group,
-         instance], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    child = start_static_member(noida_broker, topic_name, group, instance, 30000)
     try:
         assert child.stdout is not None
         assert child.stdout.readline().startswith("ASSIGNED 2")
@@ -220,6 +233,42 @@ def test_a_static_member_killed_and_restarted_gets_its_partitions_at_once(
                                                  TopicPartition(topic_name, 1)]
         metadata = consumer.group_metadata()
         assert metadata.group_instance_id == instance and metadata.member_id
+
+
+def test_a_static_member_resumed_after_a_pause_is_fenced_not_its_replacement(
+        noida_broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    # Used to break: the paused process, resumed past its session timeout, cleared its member id
+    # and joined with only its instance id, which under KIP-345 replaces (fences, 82) the live
+    # member that had taken its place; then both processes were dead. Now the old process keeps
+    # its member id and is the one fenced; the replacement keeps its partitions.
+    create_topic(noida_broker, topic_name, 2)
+    group, instance = unique_name("group"), unique_name("instance")
+    zombie = start_static_member(noida_broker, topic_name, group, instance, 6000)
+    try:
+        assert zombie.stdout is not None
+        assert zombie.stdout.readline().startswith("ASSIGNED 2")
+        zombie.send_signal(signal.SIGSTOP)  # a GC or VM pause
+        with ReadCommittedConsumer(noida_broker.bootstrap_servers, group_id=group,
+                                   group_instance_id=instance,
+                                   config={"auto.offset.reset": "earliest",
+                                           "session.timeout.ms": 6000,
+                                           "heartbeat.interval.ms": 500}) as replacement:
+            replacement.subscribe([topic_name])
+            deadline = time.monotonic() + 15
+            while not replacement.assignment():
+                assert time.monotonic() < deadline, "the replacement got no partitions"
+                replacement.poll(0.2)
+            time.sleep(7)  # past the paused process's session timeout
+            zombie.send_signal(signal.SIGCONT)
+            assert zombie.wait(30) == 3, "the resumed process was not fenced"
+            assert "FENCED 82" in zombie.stdout.read()
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:  # raises FencedError if it was replaced
+                replacement.poll(0.2)
+            assert len(replacement.assignment()) == 2
+    finally:
+        zombie.kill()
+        zombie.wait(10)
 
 
 def test_one_member_joins_commits_and_reads_its_commit_back(

@@ -99,3 +99,33 @@ def test_a_topic_without_partitions_or_metadata_assigns_nothing() -> None:
     for assign in ASSIGNORS.values():
         assert assign({}, {"m": {"gone"}}) == {"m": []}
         assert assign({"a": 0}, {"m": {"a"}, "n": {"a"}}) == {"m": [], "n": []}
+
+
+# -- static members (KIP-345) ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(ASSIGNORS))
+@given(group=groups(), renamed=st.randoms(use_true_random=False))
+def test_a_static_member_that_rejoins_under_a_new_member_id_keeps_its_partitions(
+        name: str, group: tuple[dict[str, int], dict[str, set[str]]],
+        renamed: random.Random) -> None:
+    # Used to break: members were ordered by member id, so a restarted static leader (new member
+    # id, same instance id) computed another layout; on noida-db, which keeps the generation, two
+    # live members then owned the same partitions (duplicates under composed faults).
+    partitions, subscriptions = group
+    instances = {m: f"instance-{m}" for m in subscriptions}
+    before = ASSIGNORS[name](partitions, subscriptions, instances)
+    new_ids = {m: f"{renamed.randrange(10**6)}-{m}" for m in subscriptions}
+    after = ASSIGNORS[name](partitions, {new_ids[m]: t for m, t in subscriptions.items()},
+                            {new_ids[m]: i for m, i in instances.items()})
+    assert {instances[m]: tps for m, tps in before.items()} == \
+        {instances[m]: after[new_ids[m]] for m in subscriptions}
+
+
+def test_static_members_come_first_in_instance_id_order_then_dynamic_by_member_id() -> None:
+    # Java's MemberInfo order; "a" and "z" are dynamic, the two static ones sort by instance id.
+    subscriptions = {"a": {"t"}, "z": {"t"}, "m1": {"t"}, "m2": {"t"}}
+    instances = {"m1": "worker-2", "m2": "worker-1", "a": None}
+    assert range_assign({"t": 4}, subscriptions, instances) == {
+        "m2": [TP("t", 0)], "m1": [TP("t", 1)], "a": [TP("t", 2)], "z": [TP("t", 3)]}
+    assert roundrobin_assign({"t": 4}, subscriptions, instances) == {
+        "m2": [TP("t", 0)], "m1": [TP("t", 1)], "a": [TP("t", 2)], "z": [TP("t", 3)]}

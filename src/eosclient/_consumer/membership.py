@@ -28,10 +28,11 @@ with the member id the answer gives), or anything else (after the retry backoff)
 (23 INCONSISTENT_GROUP_PROTOCOL, 24 INVALID_GROUP_ID, 26 INVALID_SESSION_TIMEOUT, 30, 81, ...)
 puts the machine in FAILED, and the consumer raises it.
 
-Liveness: a member whose heartbeats have gone unanswered for ``session.timeout.ms`` assumes the
-coordinator dropped it (new member id, new generation); one whose application has not called
-``poll()`` for ``max.poll.interval.ms`` leaves the group (KIP-62), and joins again at its next
-``poll()``. The generation and member id are what KIP-447 fencing needs
+Liveness: a member whose heartbeats have gone unanswered for ``session.timeout.ms`` gives up its
+generation and joins again, with the member id it had (the coordinator says 25
+UNKNOWN_MEMBER_ID if it did drop the member); one whose application has not called ``poll()``
+for ``max.poll.interval.ms`` leaves the group (KIP-62), and joins again at its next ``poll()``.
+The generation and member id are what KIP-447 fencing needs
 (``send_offsets_to_transaction(..., consumer.group_metadata())``).
 
 Static membership (KIP-345, ``group.instance.id``): every JoinGroup, SyncGroup and Heartbeat
@@ -40,7 +41,11 @@ carries the instance id, and the coordinator keeps the member's place (and its p
 once, and the one it replaced is answered 82 FENCED_INSTANCE_ID (a :class:`FencedError`:
 FAILED). So a static member never sends LeaveGroup, neither on close nor when the poll interval
 runs out, as Java's ``AbstractCoordinator.maybeLeaveGroup`` does not: leaving would hand its
-partitions to the others just before it comes back.
+partitions to the others just before it comes back. Nor does a static member ever forget its
+member id while the process lives (Java does, after the poll interval): a process paused past
+the session timeout (GC, a stopped VM) may have been replaced meanwhile, and a JoinGroup with an
+empty member id and the instance id would fence the live replacement. With the old member id it
+is the paused process that the coordinator fences.
 """
 
 from __future__ import annotations
@@ -327,6 +332,8 @@ class Membership:
 
     def _assign(self, joined: Any, counts: Counts) -> dict[str, bytes] | None:
         subscriptions = {m.member_id: wire.read_subscription(m.metadata) for m in joined.members}
+        # JoinGroup v5+ names each static member's group.instance.id; the assignors order by it
+        instances = {m.member_id: getattr(m, "group_instance_id", None) for m in joined.members}
         topics = {t for ts in subscriptions.values() for t in ts}
         known = counts(topics)
         if known is None:
@@ -336,7 +343,7 @@ class Membership:
             raise ProtocolError(f"the coordinator chose assignor {self._protocol!r}, which "
                                 "this member did not offer")
         self._assigned_from = {t: known.get(t, 0) for t in topics}
-        result = assignor(self._assigned_from, subscriptions)
+        result = assignor(self._assigned_from, subscriptions, instances)
         return {member: wire.assignment_bytes(tps) for member, tps in result.items()}
 
     def _send_leave(self) -> None:
@@ -354,11 +361,21 @@ class Membership:
         if self.generation < 0 or self.state not in (State.ASSIGNING, State.STABLE):
             return
         if now >= self._polled_at + self.settings.rebalance_timeout:
+            # KIP-62: a dynamic member leaves (and joins again at its next poll() as a new
+            # member); a static one keeps its member id, for the reason below.
             self._send_leave()
-            self.member_id, self.generation = "", -1  # KIP-62: left; poll() joins again
+            if self.settings.group_instance_id is None:
+                self.member_id = ""
+            self.generation = -1
             self._transition(Input.TIMER_EXPIRED, now)
         elif now >= self._heard_at + self.settings.session_timeout:
-            self.member_id, self.generation = "", -1  # the coordinator has dropped us
+            # The coordinator has probably dropped us, but only it knows: join again with the
+            # same member id (Java keeps it too) and let it answer UNKNOWN_MEMBER_ID if so. A
+            # static member must not forget it: joining with no member id and its instance id
+            # would *replace* whoever holds that instance id now (KIP-345), so a process
+            # resumed after a long pause would fence its own live replacement. With the old
+            # member id the coordinator fences the old process instead (82).
+            self.generation = -1
             self.lookup.lost(now)
             self._transition(Input.TIMER_EXPIRED, now)
         elif self.state is State.STABLE and self._assigned_from:
