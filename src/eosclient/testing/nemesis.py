@@ -5,14 +5,16 @@ Theory of operation. :func:`make_schedule` turns a seed into a :class:`Schedule`
 times (seconds into the fault window) drawn from ``random.Random(seed)`` alone, so the same
 seed gives the same schedule on every machine and broker. A fault is one of
 
-* ``kill``: SIGKILL a worker, start it again ``hold`` seconds later (``hold`` None: for good);
+* ``kill``: SIGKILL a worker, start it again ``hold`` seconds later (never for good: see
+  below);
 * ``pause``: SIGSTOP a worker for ``hold`` seconds, longer than the session timeout, then
   SIGCONT (a GC pause or a frozen VM: the group moves on without it);
 * ``zombie``: SIGSTOP a worker, start a replacement under the same ``group.instance.id`` and
   transactional.id, SIGCONT the old one ``hold`` seconds later: the old one must end fenced
   and exit, the replacement must live;
-* ``join``: an extra member (ids of its own) joins, and leaves (SIGTERM) ``hold`` seconds
-  later (None: it stays);
+* ``join``: an extra member (a transactional.id of its own, a dynamic member: no
+  ``group.instance.id``) joins, and leaves (SIGTERM: LeaveGroup) ``hold`` seconds later
+  (None: it stays);
 * ``cut``: the proxy cuts every connection; ``drop``: the proxy loses the broker's answer to
   the next request of one API (the broker acted, the client never hears).
 
@@ -28,6 +30,13 @@ workers and runs the checker on both topics, straight from the broker. A sampler
 worker's committed records and the group's committed offsets twice a second; the output log
 itself (producer id per batch) says which worker wrote each input partition's records when.
 :func:`~eosclient.testing._nemesis_report.write_report` draws all of it on one HTML page.
+
+Why no worker is killed for good, and extra members are dynamic: neither broker here aborts a
+transaction that outlives ``transaction.timeout.ms``, so a transactional.id that never comes
+back holds the last stable offset of every output partition it wrote to for ever; and neither
+removed a static member that stopped heartbeating within 45 s of a 6 s session timeout, so its
+partitions stay assigned to nobody alive. Both are for the coordinator to do, not the client; a
+real deployment's supervisor restarts what dies, and so does the nemesis.
 
 What fails a run (:meth:`NemesisResult.problems`): any checker count, a worker that died
 without the schedule killing it (or a zombie's replacement, fenced by its zombie), a zombie
@@ -101,7 +110,7 @@ class Fault:
         at: Seconds into the fault window.
         kind: One of :data:`FAULT_KINDS`.
         target: The worker (``w0``...), the extra member (``x0``...), or the API (``drop``).
-        hold: kill: seconds until the restart (None: for good); pause: seconds stopped;
+        hold: kill: seconds until the restart; pause: seconds stopped;
             zombie: seconds from the replacement's start to the old one's SIGCONT; join:
             seconds until it leaves (None: it stays); cut, drop: unused.
     """
@@ -113,8 +122,7 @@ class Fault:
 
     def __str__(self) -> str:
         what = {
-            "kill": f"SIGKILL {self.target}, " + (f"restart after {self.hold:.1f} s"
-                                                  if self.hold is not None else "for good"),
+            "kill": f"SIGKILL {self.target}, restart after {self.hold or 0:.1f} s",
             "pause": f"SIGSTOP {self.target} for {self.hold or 0:.1f} s, then SIGCONT",
             "zombie": f"SIGSTOP {self.target}, start its replacement, SIGCONT the old one "
                       f"{self.hold or 0:.1f} s later",
@@ -151,8 +159,7 @@ def make_schedule(seed: int, *, duration: float = 60.0, workers: int = 3,
     Faults come about every ``mean_gap`` seconds (exponential gaps, at least 1 s) until 2 s
     before ``duration``. A worker gets a fault only when the last one on it has ended (and
     :data:`_SETTLE` seconds passed); with none free, a proxy fault is drawn instead. At most
-    one worker is killed for good, never the last one; at most :data:`_MAX_EXTRAS` extra
-    members are in the group at once.
+    :data:`_MAX_EXTRAS` extra members are in the group at once.
 
     Raises:
         ValueError: ``workers`` < 1, or ``duration`` or ``mean_gap`` not positive.
@@ -191,14 +198,12 @@ def _draw(rng: random.Random, kind: FaultKind, t: float, free: list[str], *,
         return Fault(t, kind, f"x{len(extras_until) - 1}", hold)
     target = rng.choice(free)
     if kind == "kill":
-        killed = any(u == math.inf for u in free_at.values())
-        for_good = rng.random() < 0.15 and not killed and len(free_at) > 1
-        hold = None if for_good else round(rng.uniform(0.5, 2 * session), 1)
+        hold = round(rng.uniform(0.5, 2 * session), 1)
     elif kind == "pause":
         hold = round(rng.uniform(1.2 * session, 2.5 * session), 1)
     else:  # zombie
         hold = round(rng.uniform(2.0, 2.5 * session), 1)
-    free_at[target] = math.inf if hold is None else t + hold + _SETTLE + _REPLACE_AFTER
+    free_at[target] = t + hold + _SETTLE + _REPLACE_AFTER
     return Fault(t, kind, target, hold)
 
 
@@ -223,8 +228,7 @@ def _steps(schedule: Schedule) -> list[_Step]:
         hold = f.hold
         if f.kind == "kill":
             add(f.at, "sigkill", f)
-            if hold is not None:
-                add(f.at + hold, "restart", f)
+            add(f.at + (hold or 0), "restart", f)
         elif f.kind == "pause":
             add(f.at, "sigstop", f)
             add(f.at + (hold or 0), "sigcont", f)
@@ -482,7 +486,9 @@ class _Nemesis:
 
     def start(self, slot: str, role: str) -> Instance:
         txn = self.txn_id(slot)
-        child = self.run.child(transactional_id=txn, consumer_config={"group.instance.id": txn})
+        member = None if role == "extra" else txn  # an extra member is dynamic (module doc)
+        child = self.run.child(transactional_id=txn,
+                               consumer_config={"group.instance.id": member or ""})
         instance = Instance(slot, role, round(self.now(), 2), child)
         self.result.instances.append(instance)
         self.current[slot] = instance
