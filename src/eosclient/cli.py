@@ -146,7 +146,8 @@ def add_copy_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument("--progress-interval", type=_seconds, default=1.0,
                         help="seconds between progress lines (1)")
     parser.add_argument("--consumer-property", action="append", default=[], metavar="KEY=VALUE",
-                        help="a consumer setting by Kafka's dotted key (repeatable)")
+                        help="a consumer setting by Kafka's dotted key (repeatable); KEY= "
+                        "unsets it (group.instance.id=: a dynamic member)")
     parser.add_argument("--producer-property", action="append", default=[], metavar="KEY=VALUE",
                         help="a producer setting by Kafka's dotted key (repeatable)")
     parser.add_argument("--log-level", choices=_LOG_LEVELS, default="warning",
@@ -217,7 +218,8 @@ def _explain(exc: BaseException) -> str:
 
 
 def _properties(items: list[str]) -> dict[str, object]:
-    """``KEY=VALUE`` strings as a config dict (integers as int; the config checks the rest).
+    """``KEY=VALUE`` strings as a config dict (integers as int, ``KEY=`` as None: unset; the
+    config checks the rest).
 
     Raises:
         ValueError: an item without ``=``.
@@ -227,7 +229,9 @@ def _properties(items: list[str]) -> dict[str, object]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"expected KEY=VALUE, got {item!r}")
-        found[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
+        value = value.strip()
+        found[key.strip()] = (int(value) if value.lstrip("-").isdigit()
+                              else value or None)
     return found
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from eosclient._core.types import TopicPartition
+from eosclient._process import die_with_parent
 from eosclient.consumer import ReadCommittedConsumer
 from eosclient.errors import EosError
 from eosclient.processor import BatchTransform, ExactlyOnceProcessor, ProcessorStats
@@ -176,15 +177,17 @@ class Run:
                                              batch_fn=batch_fn),
                       self.tally, restart=restart)
 
-    def child(self) -> Child:
-        """Start ``eosclient copy`` for this run, through the proxy."""
+    def child(self, *, transactional_id: str | None = None,
+              consumer_config: Mapping[str, object] | None = None) -> Child:
+        """Start ``eosclient copy`` for this run, through the proxy (another instance of the
+        group when given its own ``transactional_id``; the configs add to the run's)."""
         command = [sys.executable, "-m", "eosclient.cli", "copy", "--input", self.input_topic,
                    "--output", self.output_topic, "--group", self.group,
-                   "--transactional-id", self.transactional_id,
+                   "--transactional-id", transactional_id or self.transactional_id,
                    "--bootstrap-servers", self.proxy.bootstrap_servers,
                    "--max-records-per-transaction", str(self.max_records_per_transaction),
                    "--progress-interval", "0.2"]
-        for key, value in self.consumer_config.items():
+        for key, value in {**self.consumer_config, **(consumer_config or {})}.items():
             command += ["--consumer-property", f"{key}={value}"]
         for key, value in self.producer_config.items():
             command += ["--producer-property", f"{key}={value}"]
@@ -297,15 +300,21 @@ class Worker:
 
 
 class Child:
-    """``eosclient copy`` as a child process, with its last progress line kept."""
+    """``eosclient copy`` as a child process, with its last progress line kept.
+
+    Start it from a thread that outlives it (the main thread): it is SIGTERMed when that thread
+    ends (:func:`~eosclient._process.die_with_parent`).
+    """
 
     def __init__(self, command: list[str], tally: Tally) -> None:
         self._tally = tally
         self.last: tuple[int, int] = (0, 0)  # (committed, aborted) from the last progress line
+        self.records_in = 0  # input records committed, from the last progress line
         self.output: list[str] = []
         self.ready = threading.Event()  # set by the first progress line: signals are handled
         self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                      text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                      preexec_fn=die_with_parent)  # noqa: PLW1509 - a prctl()
         self._reader = threading.Thread(target=self._read, name="scenario-child", daemon=True)
         self._reader.start()
 
@@ -314,8 +323,28 @@ class Child:
         """Whether the process runs."""
         return self._proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status (minus the signal that ended it), None while it runs."""
+        return self._proc.poll()
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stops where it is (a GC pause, a frozen VM)."""
+        if self.alive:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        if self.alive:
+            self._proc.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
-        """SIGKILL, as a crash would."""
+        """SIGKILL, as a crash would (for a process that already ended: collect it)."""
         self._finish(signal.SIGKILL)
 
     def stop(self) -> None:
@@ -345,6 +374,7 @@ class Child:
             found = _STATS_LINE.search(line)
             if found:
                 self.ready.set()
+                self.records_in = int(found.group(1))
                 self.last = (int(found.group(3)), int(found.group(4)))
             else:
                 self.output.append(line)
