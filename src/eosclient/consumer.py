@@ -117,6 +117,7 @@ class ReadCommittedConsumer:
         self._mode = _Mode.NONE
         self._on_assign: RebalanceCallback | None = None
         self._on_revoke: RebalanceCallback | None = None
+        self._on_lost: RebalanceCallback | None = None
         self._assigned_at = 0  # the metadata version when assign() was called
         self._closed = False
         self._app_lock = threading.RLock()  # serializes the application's calls (see above)
@@ -149,12 +150,18 @@ class ReadCommittedConsumer:
 
     @serialized
     def subscribe(self, topics: Iterable[str], on_assign: RebalanceCallback | None = None,
-                  on_revoke: RebalanceCallback | None = None) -> None:
+                  on_revoke: RebalanceCallback | None = None,
+                  on_lost: RebalanceCallback | None = None) -> None:
         """Join the group and consume the partitions it assigns of ``topics``.
 
         ``on_revoke(partitions)`` runs before partitions are given up (commit there what was
-        processed), ``on_assign(partitions)`` after new ones are given; both on the thread
-        that calls :meth:`poll`, inside it.
+        processed), ``on_assign(partitions)`` after new ones are given; all on the thread
+        that calls :meth:`poll`, inside it. ``on_lost(partitions)`` runs instead of
+        ``on_revoke`` when the member lost its generation first (its session or poll interval
+        ran out, e.g. the process was paused; or the coordinator said ILLEGAL_GENERATION or
+        UNKNOWN_MEMBER_ID): the partitions may already be another member's, so committing for
+        them is too late (KIP-429's ``onPartitionsLost``; abort a transaction there). Without
+        ``on_lost``, ``on_revoke`` runs, as in Java.
 
         Raises:
             IllegalStateError: no ``group_id``, partitions were assign()ed, or closed.
@@ -167,7 +174,7 @@ class ReadCommittedConsumer:
             if self._mode is _Mode.ASSIGN:
                 raise IllegalStateError("subscribe() after assign(): use one or the other")
             self._mode = _Mode.SUBSCRIBE
-            self._on_assign, self._on_revoke = on_assign, on_revoke
+            self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
             self._metadata.want(names)
             group.membership.subscribe(names, time.monotonic())
             self._loop.wake()
@@ -413,6 +420,19 @@ class ReadCommittedConsumer:
                         api=ApiKey.OFFSET_COMMIT)
                 self._changed.wait(remaining)
 
+    def in_generation(self) -> bool:
+        """Whether this member holds its group generation now: subscribed, joined, and neither
+        ``session.timeout.ms`` since the coordinator last answered a heartbeat nor
+        ``max.poll.interval.ms`` since the last :meth:`poll` has passed. Read from the clock,
+        so it is False at once in a process resumed after a pause longer than the session,
+        before the I/O thread has noticed. A transactional committer checks it just before
+        committing: past it, the group may have given the partitions to another member.
+        """
+        with self._lock:
+            group = self._group
+            return (self._mode is _Mode.SUBSCRIBE and group is not None
+                    and group.membership.in_generation(time.monotonic()))
+
     def group_metadata(self) -> ConsumerGroupMetadata:
         """The group, generation, member id and ``group.instance.id``, for
         ``send_offsets_to_transaction`` (KIP-447): the coordinator refuses the commit of a
@@ -532,7 +552,7 @@ class ReadCommittedConsumer:
     def _rebalance(self) -> None:
         if self._group is not None:  # without a group, poll() spares itself a lock round
             self._group.run_rebalance(self._loop, self._assignment, self._on_assign,
-                                      self._on_revoke)
+                                      self._on_revoke, self._on_lost)
 
     def _seek_to(self, partitions: Iterable[TopicPartition] | None, how: str) -> None:
         tps = None if partitions is None else args.partitions_of(partitions)

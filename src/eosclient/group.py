@@ -41,16 +41,23 @@ from eosclient.errors import KafkaConnectionError, KafkaTimeoutError
 __all__ = ["GroupCoordinator", "RebalanceCallback", "RebalanceStep"]
 
 RebalanceCallback = Callable[[list[TopicPartition]], object]
-"""``on_assign(partitions)`` / ``on_revoke(partitions)``, called on the application's thread."""
+"""``on_assign(partitions)`` / ``on_revoke(partitions)`` / ``on_lost(partitions)``, called on the
+application's thread."""
 
 _COORDINATOR_IDS: Final = 2**31 - 1  # Java: Integer.MAX_VALUE - broker id
 
 
 class RebalanceStep(NamedTuple):
-    """What the application's thread does next in a rebalance: revoke or assign these."""
+    """What the application's thread does next in a rebalance: revoke or assign these.
+
+    ``lost``: revoking after the member lost its generation (a session or poll-interval
+    timeout, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID), so the partitions may already be another
+    member's: ``on_lost`` runs, not ``on_revoke`` (KIP-429's ``onPartitionsLost``).
+    """
 
     revoking: bool
     partitions: list[TopicPartition]
+    lost: bool = False
 
 
 class GroupCoordinator:
@@ -114,7 +121,8 @@ class GroupCoordinator:
 
     def run_rebalance(self, loop: IoLoop, assignment: Assignment,
                       on_assign: RebalanceCallback | None,
-                      on_revoke: RebalanceCallback | None) -> None:
+                      on_revoke: RebalanceCallback | None,
+                      on_lost: RebalanceCallback | None = None) -> None:
         """Run one rebalance step on the application's thread, its callback outside the lock.
 
         Raises:
@@ -125,7 +133,8 @@ class GroupCoordinator:
                 return
             step = self.rebalance(assignment, time.monotonic())
             self.in_callback = True
-        callback = on_revoke if step.revoking else on_assign
+        callback = (on_lost or on_revoke) if step.lost else \
+            on_revoke if step.revoking else on_assign
         try:
             if callback is not None and (step.partitions or not step.revoking):
                 callback(step.partitions)
@@ -141,7 +150,8 @@ class GroupCoordinator:
         can commit their positions), or the new assignment, installed now (ASSIGNING ->
         STABLE), each new partition to start from its committed offset."""
         if self.membership.state is State.REVOKING:
-            return RebalanceStep(True, list(assignment.states))
+            return RebalanceStep(True, list(assignment.states),
+                                 lost=self.membership.generation < 0)
         partitions = self.membership.take_assignment(now)
         assignment.replace(partitions, committed=True)
         self._metadata.want({tp.topic for tp in partitions})

@@ -56,6 +56,21 @@ poll, so no record is lost and no output is written twice. Before it gives a par
 transaction's offsets after acknowledging its commit (Tansu 0.6 does, while another transaction
 that wrote earlier to the same output partition is open). For the same reason a rewind after an
 abort never goes back past what this instance committed for a partition it still holds.
+
+Partitions can also be taken involuntarily: a process paused (GC, a stopped VM) or stalled past
+its session or poll interval has lost its generation, and the group may already have given its
+partitions to another member. Three rules keep that exactly once, on brokers that check less
+than Kafka does (neither broker here checks a TxnOffsetCommit's generation strictly, times
+transactions out, or honours ``require_stable``):
+
+* a transaction is committed only if the consumer still holds its generation by the clock
+  (``in_generation()``), checked after the offsets were sent: a process resumed from a pause
+  aborts instead, even before its I/O thread noticed the lost session;
+* lost partitions (``on_lost``, KIP-429) abort the open transaction, never commit it;
+* newly assigned partitions start only once every transaction that was open on the output has
+  ended (the output's LSO passes its high watermark of the moment; at most
+  ``transaction.timeout.ms``), then from the offsets the group shows: a previous owner's last
+  transaction is then decided, and its offsets applied.
 """
 
 from __future__ import annotations
@@ -87,6 +102,8 @@ _T = TypeVar("_T")
 _COMMIT_ATTEMPTS = 3  # commit_transaction() calls (each resumes the last) before giving up
 _HANDOFF_TIMEOUT = 30.0  # seconds to wait for a revoked partition's committed offset to show
 _ABORT_BACKOFF = Backoff(0.05, 2.0)  # before the n-th retry after aborts in a row (none at 1)
+_SETTLE_BACKOFF = Backoff(0.01, 0.5)  # between looks at the output's LSO after an assignment
+_SETTLE_WARN = 2.0  # seconds of waiting for the output to settle before a WARNING
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +212,7 @@ class ExactlyOnceProcessor:
         # What this instance committed for partitions it holds: the group must show it before
         # a partition is handed over, and a rewind never goes back past it.
         self._committed: dict[TopicPartition, int] = {}
+        self._outputs: list[TopicPartition] | None = None  # None: the count is not known
         self._declared: list[TopicPartition] | None = None
         self._producer: TransactionalProducer | None = None
         self._consumer: ReadCommittedConsumer | None = None
@@ -352,6 +370,14 @@ class ExactlyOnceProcessor:
             return
         if txn.offsets:
             producer.send_offsets_to_transaction(txn.offsets, consumer.group_metadata())
+        if not consumer.in_generation():
+            # Past the session (a pause, a stall): the group may have handed these partitions
+            # to another member, which starts from the offsets committed before. Committing now
+            # would write their outputs twice, on a broker that does not check the generation of
+            # a TxnOffsetCommit (KIP-447) as Kafka does. Checked by the clock, after the offsets
+            # were sent: a process resumed from a pause fails here, not after EndTxn.
+            raise AbortableError("the consumer lost its group generation during the transaction "
+                                 "(session or poll interval ran out): not committing")
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             try:
                 producer.commit_transaction()
@@ -407,6 +433,67 @@ class ExactlyOnceProcessor:
 
     # -- rebalances -----------------------------------------------------------------------------
 
+    def _on_lost(self, partitions: list[TopicPartition]) -> None:
+        """The group moved on without this member (its session ran out, e.g. the process was
+        paused): the partitions may already be another member's, so the open transaction is
+        aborted, never committed, and nothing is handed over."""
+        log.warning("partitions lost (the group generation ran out): aborting the open "
+                    "transaction; the next owner processes its records")
+        for tp in partitions:
+            self._committed.pop(tp, None)
+        self._abort()
+
+    def _on_assign(self, partitions: list[TopicPartition]) -> None:
+        """Before processing new partitions, let every transaction that was open on the output
+        end, then start from the offsets the group shows.
+
+        The previous owner may have lost the partitions involuntarily (paused past its session)
+        with a transaction open or just committed. On Kafka, an OffsetFetch with
+        ``require_stable`` waits for such a transaction; Tansu ignores ``require_stable`` and
+        applies a committed transaction's offsets only once the transactions that wrote earlier
+        to its output partitions have ended (the module docstring). Either way, once the output
+        partitions' last stable offsets pass their high watermarks of now, every transaction
+        that could move these partitions' offsets has ended, and the offsets read then are
+        final. The wait is bounded (:meth:`_await_output_settled`).
+        """
+        if not partitions:
+            return
+        self._await_output_settled()
+        self._rewind_to_committed()
+
+    def _await_output_settled(self) -> None:
+        """Wait until the output's LSO reaches its high watermark of now, on every partition,
+        for at most the producer's ``transaction.timeout.ms``: a live instance's transaction
+        ends by then (the producer enforces it), so only a foreign writer's long transaction
+        or a stopped instance's can hold it longer, and then the processor goes on with a
+        WARNING (on Kafka and noida-db the offsets are final anyway; on Tansu they may be old).
+        """
+        consumer, producer = self._need(self._consumer), self._need(self._producer)
+        marks = {tp: consumer.high_watermark(tp) for tp in self._outputs or []}
+        bound = producer.config.transaction_timeout_ms / 1000
+        started = time.monotonic()
+        warned = False
+        attempt = 0
+        while True:
+            open_ = [tp.partition for tp, mark in sorted(marks.items())
+                     if consumer.last_stable_offset(tp) < mark]
+            waited = time.monotonic() - started
+            if not open_:
+                return
+            if waited >= bound:
+                log.warning("output %s partitions %s still hold a transaction open after %.0f s "
+                            "(transaction.timeout.ms): going on; on a broker that applies "
+                            "transactional offsets late (Tansu) records may be processed again",
+                            self.output_topic, open_, waited)
+                return
+            if not warned and waited >= _SETTLE_WARN:
+                warned = True
+                log.warning("new partitions wait for open transactions on %s partitions %s to "
+                            "end (a paused or stopped instance?)", self.output_topic, open_)
+            attempt += 1
+            if self._stop.wait(_SETTLE_BACKOFF.delay(attempt)):
+                return
+
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         """Finish the open transaction before the group takes partitions away, and wait until
         the group shows what was committed for them."""
@@ -435,11 +522,13 @@ class ExactlyOnceProcessor:
                                          config=self._producer_config)
         self._producer = producer
         producer.init_transactions(idle)  # fences an older instance, settles what it left open
-        self._declared = self._output_partitions() if self._preregister else None
+        self._outputs = self._output_partitions()
+        self._declared = self._outputs if self._preregister else None
         consumer = ReadCommittedConsumer(self.bootstrap_servers, group_id=self.group_id,
                                          config=self._consumer_config)
         self._consumer = consumer
-        consumer.subscribe(self.input_topics, on_revoke=self._on_revoke)
+        consumer.subscribe(self.input_topics, on_assign=self._on_assign,
+                           on_revoke=self._on_revoke, on_lost=self._on_lost)
         log.info("processor %s: %s -> %s, group %s", self.transactional_id,
                  ",".join(self.input_topics), self.output_topic, self.group_id)
 

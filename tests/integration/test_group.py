@@ -303,3 +303,25 @@ def test_one_member_joins_commits_and_reads_its_commit_back(
         assert metadata.generation_id >= 0 and metadata.member_id
         consumer.commit()
         assert consumer.committed([a, b]) == {a: 5, b: 5}
+
+
+def test_a_member_that_lost_its_generation_gets_on_lost_not_on_revoke(
+        noida_broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    # KIP-429's onPartitionsLost: past max.poll.interval.ms the member has left the group, so
+    # its partitions may be another's already; on_revoke (commit there) used to run regardless,
+    # and the processor committed its open transaction into a generation that was gone.
+    create_topic(noida_broker, topic_name, 2)
+    calls: list[tuple[str, int]] = []
+    with ReadCommittedConsumer(noida_broker.bootstrap_servers, group_id=unique_name("group"),
+                               config={"auto.offset.reset": "earliest",
+                                       "max.poll.interval.ms": 1500,
+                                       "heartbeat.interval.ms": 200}) as consumer:
+        consumer.subscribe([topic_name], on_revoke=lambda ps: calls.append(("revoke", len(ps))),
+                           on_lost=lambda ps: calls.append(("lost", len(ps))))
+        wait_for(lambda: bool(consumer.poll(0.1) is not None and consumer.assignment()))
+        assert consumer.in_generation()
+        time.sleep(2.0)  # the application stalls past the poll interval
+        assert not consumer.in_generation()  # by the clock, whatever the I/O thread did yet
+        wait_for(lambda: bool(consumer.poll(0.1) is not None and consumer.assignment()
+                              and consumer.in_generation()))
+    assert calls[0] == ("lost", 2)  # then ("revoke", 2) at close

@@ -234,7 +234,10 @@ def test_copy_on_tansu_never_goes_back_past_its_own_commits(tansu_broker: Runnin
         # The second transaction fails after the first committed: abort, rewind.
         rule = proxy.add_rule(Rule(api_key=ApiKey.TXN_OFFSET_COMMIT, nth=2,
                                    action=RewriteError(22)))  # ILLEGAL_GENERATION (KIP-447)
-        copier = processor(proxy.bootstrap_servers, source, sink, unique_name)
+        # The other transaction also holds the new partitions back (the processor waits for
+        # the output to settle when partitions are assigned), for transaction.timeout.ms.
+        copier = processor(proxy.bootstrap_servers, source, sink, unique_name,
+                           producer_config={"transaction.timeout.ms": 3000})
         runner = threading.Thread(target=lambda: results.append(
             copier.run(max_records=150, timeout=90)))
         runner.start()
@@ -252,4 +255,28 @@ def test_copy_on_tansu_never_goes_back_past_its_own_commits(tansu_broker: Runnin
         committed = reader.committed([TopicPartition(source, p) for p in range(PARTITIONS)], 15)
     assert sum(offset or 0 for offset in committed.values()) == 150
     report = check(servers, source, sink)
+    assert report.ok, str(report)
+
+
+def test_a_transaction_that_outlived_the_group_generation_is_aborted_not_committed(
+        noida_broker: RunningBroker, unique_name: Names) -> None:
+    # Used to break: a processor stalled past max.poll.interval.ms (or paused past its session)
+    # committed its open transaction afterwards, though the group may have handed its partitions
+    # to another member meanwhile (a duplicate on a broker that does not check a TxnOffsetCommit's
+    # generation). Now the commit is refused by the clock and the transaction redone.
+    source, sink = fill(noida_broker, unique_name, 120)
+    stalled: list[int] = []
+
+    def slow_once(record: ConsumerRecord) -> list[tuple[bytes | None, bytes | None]]:
+        if not stalled and record.offset == 10:
+            stalled.append(record.offset)
+            time.sleep(2.0)  # longer than max.poll.interval.ms below
+        return [(record.key, record.value)]
+
+    copier = processor(noida_broker.bootstrap_servers, source, sink, unique_name, fn=slow_once,
+                       consumer_config={"fetch.max.wait.ms": 100, "max.poll.interval.ms": 1500,
+                                        "heartbeat.interval.ms": 200})
+    stats = copier.run(max_records=120, timeout=60)
+    assert stalled and stats.transactions_aborted >= 1
+    report = check(noida_broker.bootstrap_servers, source, sink)
     assert report.ok, str(report)

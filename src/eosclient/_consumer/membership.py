@@ -153,6 +153,14 @@ class Membership:
         """Whether commits can carry a live generation (STABLE, or REVOKING before rejoin)."""
         return self.generation >= 0 and self.state in (State.STABLE, State.REVOKING)
 
+    def in_generation(self, now: float) -> bool:
+        """Whether the member still holds its generation *now*: :meth:`has_generation`, and
+        neither the session nor the poll interval has run out, even if the I/O thread has not
+        noticed yet (a process resumed after a long pause reads its clock before its I/O thread
+        gets to check it)."""
+        return (self.has_generation() and now < self._heard_at + self.settings.session_timeout
+                and now < self._polled_at + self.settings.rebalance_timeout)
+
     # -- the driver -----------------------------------------------------------------------------
 
     def poll(self, now: float, counts: Counts) -> list[Send]:
