@@ -98,6 +98,7 @@ __all__ = ["SOURCE_HEADER", "ExactlyOnceProcessor", "OutputRecord", "ProcessorSt
 log = logging.getLogger("eosclient.processor")
 
 SOURCE_HEADER = "eos.src"  # "topic/partition/offset" of the input record an output came from
+_PROBE_HEADER = "eos.probe"  # an aborted record that proves the producer was not fenced
 _T = TypeVar("_T")
 _COMMIT_ATTEMPTS = 3  # commit_transaction() calls (each resumes the last) before giving up
 _HANDOFF_TIMEOUT = 30.0  # seconds to wait for a revoked partition's committed offset to show
@@ -441,7 +442,28 @@ class ExactlyOnceProcessor:
                     "transaction; the next owner processes its records")
         for tp in partitions:
             self._committed.pop(tp, None)
-        self._abort()
+        if self._txn is not None:
+            self._abort()  # a replacement fenced us: FencedError, and run() ends
+        else:
+            self._prove_not_replaced()
+
+    def _prove_not_replaced(self) -> None:
+        """A process that lost its generation may have been replaced while it was stopped (a
+        zombie). The group fences it by ``group.instance.id`` where the broker keeps static
+        members (KIP-345; Tansu does not), and a transaction fences it by its epoch, but only
+        when one reaches the broker: a zombie with nothing to write would live on. So it
+        writes one record in a transaction it aborts (read by no read_committed reader): a
+        newer epoch of the transactional.id refuses it, and ``FencedError`` ends ``run()``.
+        A Produce because Tansu checks the epoch only there and on TxnOffsetCommit.
+
+        Raises:
+            FencedError: replaced.
+        """
+        producer = self._need(self._producer)
+        producer.begin_transaction()
+        producer.send(self.output_topic, None, partition=0, headers=[(_PROBE_HEADER, b"")])
+        producer.flush()
+        producer.abort_transaction()
 
     def _on_assign(self, partitions: list[TopicPartition]) -> None:
         """Before processing new partitions, let every transaction that was open on the output
