@@ -6,6 +6,7 @@ a response object, DROP (never answer), or CLOSE (cut the connection). No real b
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from eosclient import ReadCommittedConsumer, TransactionalProducer
+from eosclient import ReadCommittedConsumer, TopicMetadata, TransactionalProducer
 from eosclient._consumer import protocol as wire
 from eosclient._core.types import TopicPartition
 from eosclient._net.client import Answer, NetworkClient
@@ -28,6 +29,7 @@ from eosclient.errors import (
     KafkaTimeoutError,
     ProtocolError,
     ResponseTooLargeError,
+    RetriableError,
 )
 from eosclient.testing._proxy_rules import encode_response
 
@@ -478,5 +480,36 @@ def test_a_consumer_waiting_on_an_oversized_metadata_answer_raises_it(fake: Any)
         assert time.monotonic() - started < 10
         with pytest.raises(ResponseTooLargeError):
             consumer.poll(0.1)
+    finally:
+        consumer.close(1)
+
+
+def test_topic_metadata_says_what_the_last_answer_said_without_asking(fake: Any) -> None:
+    # The processor read the consumer's private _metadata (without its lock) to explain why
+    # nothing was assigned by idle_timeout; this is the public way.
+    def script(key: ApiKey, request: Any) -> Any:
+        answer = metadata_response(broker.port, {"t": 2})
+        answer.topics.append(type(answer.topics[0])(
+            error_code=3, name="gone", is_internal=False, partitions=[]))
+        return answer
+
+    broker = fake(script)
+    consumer = ReadCommittedConsumer(f"127.0.0.1:{broker.port}")
+    try:
+        assert consumer.topic_metadata([]) == {}
+        assert consumer.topic_metadata(["t"]) == {"t": TopicMetadata(None, None)}  # not asked
+        consumer.assign([TopicPartition("t", 0), TopicPartition("gone", 0)])
+        deadline = time.monotonic() + 10
+        while consumer.topic_metadata(["gone"])["gone"].error is None:
+            assert time.monotonic() < deadline
+            with contextlib.suppress(RetriableError):  # poll() says so too, for the assigned
+                consumer.poll(0.05)
+        found = consumer.topic_metadata(iter(["t", "gone", "never"]))
+        assert found["t"] == TopicMetadata(2, None)
+        gone = found["gone"]
+        assert gone.partitions is None and gone.error is not None and gone.error.code == 3
+        assert found["never"] == TopicMetadata(None, None)
+        with pytest.raises(TypeError):
+            consumer.topic_metadata("t")  # a bare str would be its letters
     finally:
         consumer.close(1)
