@@ -11,7 +11,7 @@ __version__ = "0.1.0.dev0"
 from eosclient._core.types import TopicPartition
 from eosclient._producer.results import RecordMetadata
 from eosclient.config import ClientConfig, ConsumerConfig, ProducerConfig
-from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer
+from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer, TopicMetadata
 from eosclient.errors import (
     AbortableError,
     CommitFailedError,
@@ -68,6 +68,7 @@ __all__ = [
     "RecordTypeError",
     "ResponseTooLargeError",
     "RetriableError",
+    "TopicMetadata",
     "TopicPartition",
     "TransactionalProducer",
     "UnknownPartitionError",

@@ -27,6 +27,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from eosclient._consumer import args
 from eosclient._consumer.fetcher import Fetcher
@@ -57,12 +58,25 @@ from eosclient.errors import (
 from eosclient.group import GroupCoordinator, RebalanceCallback
 from eosclient.group_metadata import ConsumerGroupMetadata
 
-__all__ = ["ConsumerRecord", "ReadCommittedConsumer"]
+__all__ = ["ConsumerRecord", "ReadCommittedConsumer", "TopicMetadata"]
 
 log = logging.getLogger("eosclient.consumer")
 
 _LEAVE_WAIT = 5.0  # seconds close() waits for LeaveGroup at most
 _MOVED_ON = frozenset({22, 25, 27})  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS
+
+
+class TopicMetadata(NamedTuple):
+    """What the consumer's latest Metadata answer said about one topic (a snapshot).
+
+    Attributes:
+        partitions: How many partitions the topic has; None while no answer has named it.
+        error: The error the latest answer gave for the topic (UNKNOWN_TOPIC_OR_PARTITION for
+            one that does not exist), or None.
+    """
+
+    partitions: int | None
+    error: EosError | None
 
 
 class _Mode(enum.Enum):
@@ -183,6 +197,27 @@ class ReadCommittedConsumer:
         """The partitions assigned now."""
         with self._lock:
             return list(self._assignment.states)
+
+    def topic_metadata(self, topics: Iterable[str]) -> dict[str, TopicMetadata]:
+        """What the latest Metadata answer said about each of ``topics``; asks no broker.
+
+        Meant to explain a wait: an assignment or subscription that stays empty because a topic
+        does not exist (``error`` is UNKNOWN_TOPIC_OR_PARTITION), or because no broker has
+        answered at all (``partitions`` and ``error`` both None). Topics the consumer was never
+        given (:meth:`assign`, :meth:`subscribe`) are not asked about: they stay unknown.
+
+        Raises:
+            TypeError: ``topics`` is not an iterable of topic names (a bare str is refused).
+            ValueError: a name does not fit a Kafka STRING.
+        """
+        if isinstance(topics, Iterable) and not isinstance(topics, str | bytes):
+            topics = list(topics)
+            if not topics:
+                return {}
+        names = args.topics_of(topics)
+        with self._lock:  # the I/O thread writes the metadata under it
+            return {t: TopicMetadata(self._metadata.partition_count(t),
+                                     self._metadata.last_error(t)) for t in names}
 
     # -- records --------------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from eosclient._core.types import TopicPartition
 from eosclient._net.backoff import Backoff
 from eosclient._net.client import Answer, NetworkClient
 from eosclient.config import ConsumerConfig
-from eosclient.errors import KafkaConnectionError, KafkaTimeoutError
+from eosclient.errors import KafkaConnectionError, KafkaTimeoutError, ResponseTooLargeError
 
 __all__ = ["GroupCoordinator", "RebalanceCallback", "RebalanceStep"]
 
@@ -183,7 +183,7 @@ class GroupCoordinator:
     def leave(self, loop: IoLoop, deadline: float) -> None:
         """Leave the group; wait (under the lock) until LeaveGroup is answered or ``deadline``."""
         self.membership.leave(time.monotonic())
-        with contextlib.suppress(KafkaTimeoutError):
+        with contextlib.suppress(KafkaTimeoutError, ResponseTooLargeError):  # closing closes
             loop.wait_until(lambda: not (self.leaving or self.membership.pending), deadline,
                             "LeaveGroup", loop.check_alive)
 

@@ -291,11 +291,10 @@ class ExactlyOnceProcessor:
 
     def _never_assigned(self, waited: float) -> KafkaTimeoutError:
         """The typed error for a run whose idle timeout passed with nothing ever assigned."""
-        consumer = self._need(self._consumer)
-        metadata = consumer._metadata  # the processor owns this consumer
-        missing = [t for t in self.input_topics if (e := metadata.last_error(t)) is not None
-                   and e.code == _UNKNOWN_TOPIC]
-        known = [t for t in self.input_topics if metadata.partition_count(t) is not None]
+        topics = self._need(self._consumer).topic_metadata(self.input_topics)
+        missing = [t for t, m in topics.items() if m.error is not None
+                   and m.error.code == _UNKNOWN_TOPIC]
+        known = [t for t, m in topics.items() if m.partitions is not None]
         if missing:
             why = f"input topic(s) {', '.join(missing)} do not exist (UNKNOWN_TOPIC_OR_PARTITION)"
         elif not known:

@@ -9,6 +9,8 @@ from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest
 
+from eosclient._core import _txn_wire as wire
+from eosclient._core.types import ProducerIdentity
 from eosclient._net.blocking import BlockingConnection
 from eosclient.errors import ApiKey, KafkaConnectionError
 from eosclient.testing.brokers import RunningBroker
@@ -71,6 +73,30 @@ def test_init_producer_id_twice_bumps_the_epoch(broker: RunningBroker,
         # Both brokers keep the producer id and bump the epoch (BROKERS.md: re-init fences).
         assert second.producer_id == first.producer_id
         assert second.producer_epoch == first.producer_epoch + 1
+
+
+def test_a_stale_epoch_in_the_kip360_form_bumps_on_noida_and_is_refused_on_tansu(
+        broker: RunningBroker, unique_name: Callable[[str], str]) -> None:
+    # Why no KIP-588 probe (txn.py): on noida-db a zombie's probe fences the live instance.
+    txn_id = unique_name("txn")
+    with connect(broker) as conn:
+        conn.request(wire.find_coordinator(txn_id, group=False))
+        zombie = conn.request(wire.init_producer_id(txn_id, 60_000))
+        live = conn.request(wire.init_producer_id(txn_id, 60_000))  # the successor takes over
+        old = ProducerIdentity(zombie.producer_id, zombie.producer_epoch)
+        current = ProducerIdentity(live.producer_id, live.producer_epoch)
+        assert current == ProducerIdentity(old.producer_id, old.epoch + 1)
+        if broker.kind == "noida":  # the zombie's own EndTxn is refused with 47 ...
+            assert conn.request(wire.end_txn(txn_id, old, committed=False)).error_code == 47
+        probe = conn.request(wire.init_producer_id(txn_id, 60_000, old))
+        after = conn.request(wire.end_txn(txn_id, current, committed=False)).error_code
+    if broker.kind == "noida":  # ... but the probe with that stale epoch bumps once more
+        assert (probe.error_code, probe.producer_id, probe.producer_epoch) == (
+            0, old.producer_id, old.epoch + 2)
+        assert after == 47  # and the live instance is fenced by it
+    else:  # Tansu refuses the form without bumping: the live instance goes on
+        assert probe.error_code == -1
+        assert after == 0
 
 
 def test_connection_refused_is_a_retriable_connection_error() -> None:

@@ -6,6 +6,7 @@ a response object, DROP (never answer), or CLOSE (cut the connection). No real b
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -15,14 +16,21 @@ from typing import Any
 
 import pytest
 
-from eosclient import ReadCommittedConsumer
+from eosclient import ReadCommittedConsumer, TopicMetadata, TransactionalProducer
 from eosclient._consumer import protocol as wire
 from eosclient._core.types import TopicPartition
 from eosclient._net.client import Answer, NetworkClient
 from eosclient._protocol.apis import APIS, api_for
 from eosclient._protocol.framing import FrameDecoder
 from eosclient.config import ClientConfig
-from eosclient.errors import ApiKey, KafkaConnectionError, KafkaTimeoutError, ProtocolError
+from eosclient.errors import (
+    ApiKey,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    ProtocolError,
+    ResponseTooLargeError,
+    RetriableError,
+)
 from eosclient.testing._proxy_rules import encode_response
 
 DROP, CLOSE = "drop", "close"
@@ -397,5 +405,111 @@ def test_the_consumer_survives_a_malformed_fetch_answer(fake: Any) -> None:
         while len(fetches) < 3 and time.monotonic() < deadline:
             assert consumer.poll(0.05) == []
         assert len(fetches) >= 3 and broker.connections >= 2
+    finally:
+        consumer.close(1)
+
+
+# -- answers over receive.message.max.bytes ---------------------------------------------------
+
+LIMIT = 1_000  # receive.message.max.bytes at its minimum; a Metadata of 100 topics is far over
+
+
+def big_metadata(port: int) -> Any:
+    return metadata_response(port, {f"topic-{n:03}": 1 for n in range(100)})
+
+
+def test_an_oversized_metadata_answer_fails_its_request_with_the_typed_error(fake: Any) -> None:
+    # A Metadata answer over the limit closed the connection and was retried for ever, silently.
+    broker = fake(lambda key, request: big_metadata(broker.port))
+    client = client_for(broker.port, receive_message_max_bytes=LIMIT)
+    requests = [metadata_request(), metadata_request()]  # pipelined: the second one is cut off
+    for request in requests:
+        client.send(None, request, lambda answer: None)
+    answers = run(client, 2)
+    assert [a.request for a in answers] == requests
+    refused, cut = (a.error for a in answers)
+    assert isinstance(refused, ResponseTooLargeError) and refused.api == ApiKey.METADATA
+    assert refused.size > refused.limit == LIMIT and refused.node == -1
+    assert client.refused is refused
+    assert isinstance(cut, KafkaConnectionError) and cut.__cause__ is refused  # outcome unknown
+    client.close()
+
+
+def test_an_oversized_fetch_answer_stays_the_fetchers_to_adapt_to(fake: Any) -> None:
+    # The fetcher asks for less after a cut whose cause is the refusal; that must not change.
+    topic = APIS[ApiKey.FETCH].response.fields["responses"].data_class
+    big = fetch_response([topic(topic=f"topic-{n:03}", topic_id=None, partitions=[])
+                          for n in range(100)])
+    broker = fake(lambda key, request: big)
+    client = client_for(broker.port, receive_message_max_bytes=LIMIT)
+    client.send(None, wire.fetch([(TopicPartition("t", 0), 0, 100)], isolation=1, max_wait_ms=0,
+                                 min_bytes=1, max_bytes=100), lambda answer: None)
+    (answer,) = run(client, 1)
+    assert isinstance(answer.error, KafkaConnectionError)
+    assert isinstance(answer.error.__cause__, ResponseTooLargeError)
+    assert client.refused is None
+    client.close()
+
+
+def test_a_producer_waiting_on_an_oversized_metadata_answer_raises_it(fake: Any) -> None:
+    # send() waited max.block.ms and raised a KafkaTimeoutError that did not say why.
+    broker = fake(lambda key, request: big_metadata(broker.port))
+    producer = TransactionalProducer(f"127.0.0.1:{broker.port}", max_block_ms=30_000,
+                                     config={"receive.message.max.bytes": LIMIT})
+    try:
+        started = time.monotonic()
+        with pytest.raises(ResponseTooLargeError, match=r"receive\.message\.max\.bytes"):
+            producer.send("topic-000", b"x")
+        assert time.monotonic() - started < 10
+        with pytest.raises(ResponseTooLargeError):  # and every later call, until closed
+            producer.flush(1)
+    finally:
+        producer.close(1)  # closing closes: it does not raise
+
+
+def test_a_consumer_waiting_on_an_oversized_metadata_answer_raises_it(fake: Any) -> None:
+    # position() waited its whole timeout, and poll() returned nothing, without saying why.
+    broker = fake(lambda key, request: big_metadata(broker.port))
+    consumer = ReadCommittedConsumer(f"127.0.0.1:{broker.port}", config={
+        "receive.message.max.bytes": LIMIT, "fetch.max.bytes": LIMIT // 4})
+    try:
+        consumer.assign([TopicPartition("topic-000", 0)])
+        started = time.monotonic()
+        with pytest.raises(ResponseTooLargeError, match=r"Metadata"):
+            consumer.position(TopicPartition("topic-000", 0), timeout=30)
+        assert time.monotonic() - started < 10
+        with pytest.raises(ResponseTooLargeError):
+            consumer.poll(0.1)
+    finally:
+        consumer.close(1)
+
+
+def test_topic_metadata_says_what_the_last_answer_said_without_asking(fake: Any) -> None:
+    # The processor read the consumer's private _metadata (without its lock) to explain why
+    # nothing was assigned by idle_timeout; this is the public way.
+    def script(key: ApiKey, request: Any) -> Any:
+        answer = metadata_response(broker.port, {"t": 2})
+        answer.topics.append(type(answer.topics[0])(
+            error_code=3, name="gone", is_internal=False, partitions=[]))
+        return answer
+
+    broker = fake(script)
+    consumer = ReadCommittedConsumer(f"127.0.0.1:{broker.port}")
+    try:
+        assert consumer.topic_metadata([]) == {}
+        assert consumer.topic_metadata(["t"]) == {"t": TopicMetadata(None, None)}  # not asked
+        consumer.assign([TopicPartition("t", 0), TopicPartition("gone", 0)])
+        deadline = time.monotonic() + 10
+        while consumer.topic_metadata(["gone"])["gone"].error is None:
+            assert time.monotonic() < deadline
+            with contextlib.suppress(RetriableError):  # poll() says so too, for the assigned
+                consumer.poll(0.05)
+        found = consumer.topic_metadata(iter(["t", "gone", "never"]))
+        assert found["t"] == TopicMetadata(2, None)
+        gone = found["gone"]
+        assert gone.partitions is None and gone.error is not None and gone.error.code == 3
+        assert found["never"] == TopicMetadata(None, None)
+        with pytest.raises(TypeError):
+            consumer.topic_metadata("t")  # a bare str would be its letters
     finally:
         consumer.close(1)

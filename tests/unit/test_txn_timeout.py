@@ -238,3 +238,30 @@ def test_idempotent_producer_has_no_transaction_clock() -> None:
     assert d.core.state is State.READY and d.core.next_timer() is None
     with pytest.raises(IllegalStateError):
         d.core.begin(d.now)
+
+
+@pytest.mark.parametrize("code", [47, 90])
+def test_a_refused_epoch_of_the_clients_own_abort_is_fenced_without_a_kip588_probe(
+        code: int) -> None:
+    # Guard: a KIP-588 probe here (InitProducerId, old epoch) makes noida-db fence the successor.
+    d = driver().in_txn(TP0)
+    d.now = 10.0
+    d.run(END, code)  # the client's own EndTxn(abort), refused: the epoch moved on
+    assert d.core.state is State.FENCED and last_input(d) is Input.RECV_FENCED
+    assert d.poll() == []  # no InitProducerId in either form: the probe, or the plain fallback
+
+
+@pytest.mark.parametrize("code", [47, 90])
+def test_a_refusal_answered_after_the_deadline_is_fenced_without_a_kip588_probe(
+        code: int) -> None:
+    # Guard: the answer came after transaction.timeout.ms; still no probe (see txn.py, KIP-588).
+    d = driver().in_txn(TP0)
+    d.core.send(TP1)
+    (add,) = d.expect(ADD_PARTS)
+    d.now = 10.0
+    assert d.poll() == [] and d.core.state is State.ABORTABLE_ERROR  # EndTxn waits for it
+    d.respond(add, code)
+    assert d.core.state is State.FENCED
+    assert d.poll() == []
+    with pytest.raises(FencedError):
+        d.core.abort(d.now, d.now + 30)

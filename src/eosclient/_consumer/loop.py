@@ -100,6 +100,7 @@ class IoLoop(IoThread):
         """
         woken = False
         while not ready():
+            self.check_refused()
             check()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -115,10 +116,13 @@ class IoLoop(IoThread):
 
         Raises:
             FatalError: the thread crashed; the consumer can only be closed.
+            ResponseTooLargeError: a non-Fetch answer was over ``receive.message.max.bytes``
+                (see :meth:`check_refused`).
         """
         if self.crashed is not None:
             raise FatalError(f"the consumer's I/O thread crashed: {self.crashed!r}") \
                 from self.crashed
+        self.check_refused()
 
     def _run(self) -> None:
         answers: list[Answer] = []

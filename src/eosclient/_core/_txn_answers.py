@@ -227,6 +227,9 @@ class TxnAnswers:
                 self._transition(Input.RECV_ABORTABLE, str(error), error=error, now=now)
             self._conv.retry(job, now, error=error)  # the end itself (or its bump) must finish
             return
+        # 47/90 from the coordinator stay FENCED even past transaction.timeout.ms: no KIP-588
+        # probe (InitProducerId with the old epoch), because noida-db bumps for a stale epoch
+        # in that form, so a zombie's probe would fence the live instance too (txn.py).
         self._give_up(job, error)
         self._transition(input_for(error), str(error), error=error, now=now)
 

@@ -298,6 +298,12 @@ edge is dropped. The theory of operation is in `eosclient/_core/txn.py`, the rec
   application hangs. The `RECV_END_TXN_*` / `RECV_INIT_OK` self-loops of ABORTABLE_ERROR are that
   abort; `abort_transaction()` then finds it done. In COMMITTING it fires only while EndTxn(commit)
   is unsent.
+* `RECV_FENCED` from INVALID_PRODUCER_EPOCH (47) or PRODUCER_FENCED (90) on a coordinator
+  request is final, also when the transaction had outlived `transaction.timeout.ms`: no KIP-588
+  re-claim of a coordinator's timeout bump (InitProducerId with the old epoch) is tried.
+  noida-db is lax, it bumps for a stale epoch in that form, so a zombie's probe would fence the
+  live instance that took the transactional.id over; Tansu refuses the form; neither aborts on
+  timeout. The argument is in `eosclient/_core/txn.py` (Decisions).
 * `RECV_FENCED` also follows three EndTxn attempts in a row answered by the broker closing the
   connection (Tansu's answer to a stale epoch).
 """

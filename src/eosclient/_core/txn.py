@@ -40,7 +40,9 @@ The KIPs followed:
   so ``abort`` again resumes it. (The rules, and the plain form's residual risk, are in
   ``_txn_answers.py``.)
 * **KIP-588**. INVALID_PRODUCER_EPOCH (47) on Produce is abortable-with-bump (the coordinator may
-  have aborted on timeout); on the coordinator APIs it is fenced, like PRODUCER_FENCED (90).
+  have aborted on timeout); on the coordinator APIs it is fenced, like PRODUCER_FENCED (90). The
+  KIP's recovery (re-claiming the epoch a coordinator bumped on timeout) is deliberately not
+  attempted: on noida-db it would fence the live instance (Decisions, below).
 * **KIP-890**. TRANSACTION_ABORTABLE (120) is abortable. This client does not use transaction
   version 2 (the bump inside EndTxn); the broker's part-1 verification is what finally closes
   the KAFKA-14053 window below.
@@ -97,6 +99,35 @@ Decisions
   which then finds the abort done (:class:`~eosclient._core._txn_values.EarlyAbort`). A process
   that is stopped altogether (SIGSTOP, a VM pause) cannot do this; its successor's
   InitProducerId aborts the transaction instead.
+* **KIP-588 recovery: not attempted, because on noida-db it fences the live instance.** Where
+  a coordinator aborts a transaction on timeout it bumps the epoch, and the producer's next
+  coordinator request is refused with 47 or 90, exactly as if another instance had taken the
+  transactional.id over. KIP-588 lets the producer send InitProducerId(id, producer id, old
+  epoch): Kafka's coordinator remembers that the bump was its own (the pre-timeout epoch stays
+  as ``lastProducerEpoch``) and answers epoch + 1, and answers PRODUCER_FENCED if another
+  instance's InitProducerId made the bump. All the safety is in that memory at the coordinator;
+  the producer cannot tell the two cases apart. Not even by the narrowest trigger, "this
+  producer's own transaction outlived ``transaction.timeout.ms`` (its timer fired, or the
+  refusal came after the deadline) and the refusal answers a request of that transaction": a
+  process paused past the timeout (GC, SIGSTOP, a VM) is precisely the zombie whose successor
+  re-initialised meanwhile, so the trigger selects the dangerous case as often as the good one.
+  The probe is therefore safe only on a broker that refuses a stale epoch in the KIP-360 form
+  *without bumping*, and the client cannot learn whether its broker does without sending one.
+  noida-db does not (it is lax): asked InitProducerId(id, producer id, e) while the live
+  instance holds e + 1, it bumps to e + 2 and answers that (``tests/integration/test_wire.py``
+  measures it). The zombie, seeing e + 2 rather than its successor, is FENCED, but the live
+  instance is fenced too: both dead, the outcome issue 11 (item 2) removed. Tansu refuses the
+  form with UNKNOWN_SERVER_ERROR and does not bump: harmless, but no recovery, and the plain
+  form this client falls back to elsewhere (KIP-360, above) would fence the live instance
+  outright, so it must never be used for a probe. Neither broker here aborts on timeout
+  (BROKERS.md), so on them a probe could only do harm (noida-db) or nothing (Tansu). So 47 and
+  90 from the coordinator stay FENCED, also past the timeout; the client's own abort (above)
+  is what ends a timed-out transaction here, and where a broker does abort on timeout the
+  application closes the producer and starts a new one (Java's behaviour before KIP-588). The
+  Produce-47 path is not a probe: its bump follows an EndTxn(abort) that the coordinator
+  accepted with the same epoch, which proves the epoch current (noida-db answers a stale
+  EndTxn with 47, so that path ends FENCED before any bump). A broker known to be strict (real
+  Kafka) could get the probe behind an explicit setting; nothing here can test it.
 * **Timeouts.** A blocking call returns a :class:`Completion`; when ``now`` passes its deadline
   it fails with :class:`~eosclient.errors.KafkaTimeoutError` while the work goes on (as in Java).
   If the work then succeeds, the same call made again returns that success at once.

@@ -26,6 +26,14 @@ WARNING as a :class:`~eosclient.errors.ProtocolError`, the connection closed (a 
 wrote one such answer cannot be trusted with the rest of its stream), and the request handed
 back to its handler as failed by that cut: outcome unknown, retried as after any other cut.
 
+An answer over ``receive.message.max.bytes`` closes its connection before it is read. A Fetch
+answer is the fetcher's to adapt to (it asks for less). Any other request answered that way fails
+with the :class:`~eosclient.errors.ResponseTooLargeError` itself, at once rather than after some
+retries: nothing the client can ask makes a Metadata or group answer smaller, and retried it
+stalled every call waiting on it, silently, until its timeout. The first such error is kept as
+:attr:`NetworkClient.refused` (and logged at WARNING); the I/O threads raise it from every
+blocking call (``check_refused``), so the caller learns the cause and the setting to raise.
+
 Other threads only ever call :meth:`NetworkClient.wakeup`, which writes a byte to a socketpair the
 selector watches, so an application call is acted on at once instead of at the next timer.
 
@@ -54,7 +62,7 @@ from eosclient._net.backoff import Backoff
 from eosclient._net.metadata import Metadata
 from eosclient._net.node import Answer, NodeConnection, Phase
 from eosclient.config import ClientConfig
-from eosclient.errors import KafkaConnectionError, ProtocolError
+from eosclient.errors import KafkaConnectionError, ProtocolError, ResponseTooLargeError
 
 _UNKNOWN_TOPIC = 3  # UNKNOWN_TOPIC_OR_PARTITION
 
@@ -103,6 +111,7 @@ class NetworkClient:
             end.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self.closed = False
+        self.refused: ResponseTooLargeError | None = None  # the first non-Fetch answer too large
 
     # -- any thread ----------------------------------------------------------------------------
 
@@ -285,6 +294,11 @@ class NetworkClient:
     def _after(self, conn: NodeConnection, now: float) -> None:
         """Collect ``conn``'s answers and keep the selector in step with what it waits for."""
         self._answers.extend(conn.take_answers())
+        if conn.refused is not None and self.refused is None:
+            self.refused = conn.refused
+            log.warning("node %d (%s:%d): %s; every call waiting on it fails with "
+                        "ResponseTooLargeError (raise receive.message.max.bytes above %d)",
+                        conn.node_id, *conn.address, conn.refused, conn.refused.size)
         registered = self._fds.get(conn)
         if conn.phase is Phase.CLOSED:
             self._forget(conn, now)

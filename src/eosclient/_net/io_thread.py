@@ -7,6 +7,7 @@ the loop (:meth:`IoThread._run`); this class only starts, wakes, stops and joins
 
 from __future__ import annotations
 
+import copy
 import threading
 
 from eosclient._net.client import NetworkClient
@@ -84,6 +85,20 @@ class IoThread:
         if self._thread.is_alive():
             self._thread.join(timeout)
         return not self._thread.is_alive()
+
+    def check_refused(self) -> None:
+        """Raise if a broker answered a non-Fetch request with more than
+        ``receive.message.max.bytes`` (call under the lock; every blocking call does).
+
+        Raises:
+            ResponseTooLargeError: a fresh copy of the first such error (a FatalError: close the
+                client and raise the setting above its ``size``); the client is unchanged.
+        """
+        refused = self.client.refused
+        if refused is not None:
+            again = copy.copy(refused)
+            again.__cause__ = refused.__cause__
+            raise again.with_traceback(None)
 
     def in_io_thread(self) -> bool:
         """Whether the caller is the I/O thread (e.g. a callback it runs)."""

@@ -136,6 +136,9 @@ class NodeConnection:
             :class:`~eosclient.errors.KafkaConnectionError` whose ``__cause__`` is the
             :class:`~eosclient.errors.ResponseTooLargeError` (its ``api`` names the request it
             answered), so the owner of that request can adapt (the consumer's fetcher does).
+            Any other request answered that way (Metadata, the group APIs, ...) fails with the
+            ResponseTooLargeError itself, also kept as :attr:`refused`: a smaller answer cannot
+            be asked for, so retrying would only stall whoever waits on it.
     """
 
     def __init__(
@@ -154,6 +157,7 @@ class NodeConnection:
         self.start_at = start_at
         self.was_ready = False  # the handshake completed once (a failed connect: it never did)
         self.failure: EosError | None = None  # why it closed, once CLOSED
+        self.refused: ResponseTooLargeError | None = None  # a non-Fetch answer over the limit
         self.protocol = Connection(client_id, max_frame_size=max_frame_size)
         self.sock: socket.socket | None = None
         self._setup_timeout = setup_timeout
@@ -339,9 +343,13 @@ class NodeConnection:
             replies = self.protocol.receive(data)
         except ResponseTooLargeError as exc:
             exc.node = self.node_id
-            if exc.api != ApiKey.FETCH:  # the fetcher adapts to its own, and says so
-                log.warning("node %d (%s:%d): %s; connection closed, the request is retried",
-                            self.node_id, *self.address, exc)
+            if exc.api != ApiKey.FETCH and self.phase is Phase.READY and self._in_flight:
+                # The fetcher adapts to its own (smaller fetches, then an error). Nothing makes
+                # any other answer smaller (a Metadata answer describes the cluster, a JoinGroup
+                # answer the group's members): retried, it stalled its callers for ever. So the
+                # request it answers fails with the typed error itself, at once.
+                self.refused = exc
+                self._answer(self._in_flight.popleft(), None, exc)
             self.close(_cut(self, f"answer refused: {exc}", exc))
             return
         except ProtocolError as exc:

@@ -117,10 +117,13 @@ class Sender(IoThread):
 
         Raises:
             FatalError: the thread crashed; the producer can only be closed.
+            ResponseTooLargeError: a non-Fetch answer was over ``receive.message.max.bytes``
+                (see :meth:`check_refused`).
         """
         if self.crashed is not None:
             raise FatalError(f"the producer's I/O thread crashed: {self.crashed!r}") \
                 from self.crashed
+        self.check_refused()
 
     def broker_gone(self, now: float) -> bool:
         """Whether no broker has been reachable for a while: every connect failed, through
