@@ -708,8 +708,10 @@ class _Nemesis:
                     continue
                 sources = {}
                 for record in records:
-                    src = dict(record.headers).get(SOURCE_HEADER, b"")
-                    part = int((src or b"//-1").decode().rsplit("/", 2)[1])
+                    src = dict(record.headers).get(SOURCE_HEADER)
+                    if src is None:  # not a copy (the processor's fence probe, aborted)
+                        continue
+                    part = int(src.decode().rsplit("/", 2)[1])
                     sources[part] = sources.get(part, 0) + 1
                 t = records[0].timestamp_ms / 1000 - self.started_wall
                 open_.setdefault(batch.producer_id, []).append((round(t, 2), sources))
