@@ -304,8 +304,11 @@ class NodeConnection:
                 self.close(_cut(self, f"receive failed: {exc}", exc))
                 return
             if not data:
-                self.close(_cut(self, "the broker closed the connection",
-                                EOFError("the socket reached end of file")))
+                why = "the broker closed the connection"
+                if tls and self.phase is Phase.HANDSHAKE:  # TLS 1.3 refuses a client
+                    why += (" right after the TLS handshake (a broker that refuses this "  # cert
+                            "client's certificate does so; check ssl.certificate.location)")
+                self.close(_cut(self, why, EOFError("the socket reached end of file")))
                 return
             self._receive(data, now)
             if len(data) < _READ_SIZE and not tls:  # TLS: read until it would block (records
@@ -405,7 +408,11 @@ class NodeConnection:
         """A TLS error as the connection's end: fatal during setup but for a cut (EOF)."""
         setup = self.phase not in (Phase.READY, Phase.DRAINING)
         if not setup or isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError):
-            return _cut(self, f"TLS failed: {exc}", exc)
+            # A cut, which a restarting broker makes too: retried. Some servers refuse a
+            # client certificate this way (no alert), so the message says where to look.
+            hint = (" (the broker closed it during the TLS handshake: does it want a client "
+                    "certificate, ssl.certificate.location?)") if setup else ""
+            return _cut(self, f"TLS failed: {exc}{hint}", exc)
         if isinstance(exc, ssl.SSLCertVerificationError):
             why = f"the broker's certificate failed verification: {exc.verify_message}"
         else:
