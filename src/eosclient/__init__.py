@@ -14,6 +14,7 @@ from eosclient.config import ClientConfig, ConsumerConfig, ProducerConfig
 from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer, TopicMetadata
 from eosclient.errors import (
     AbortableError,
+    AuthenticationError,
     CommitFailedError,
     ConfigError,
     CorruptRecordError,
@@ -31,6 +32,8 @@ from eosclient.errors import (
     RecordTypeError,
     ResponseTooLargeError,
     RetriableError,
+    SaslAuthenticationError,
+    SslAuthenticationError,
     UnknownPartitionError,
     UnsupportedVersionError,
     UsageError,
@@ -41,6 +44,7 @@ from eosclient.producer import TransactionalProducer
 
 __all__ = [
     "AbortableError",
+    "AuthenticationError",
     "ClientConfig",
     "CommitFailedError",
     "ConfigError",
@@ -68,6 +72,8 @@ __all__ = [
     "RecordTypeError",
     "ResponseTooLargeError",
     "RetriableError",
+    "SaslAuthenticationError",
+    "SslAuthenticationError",
     "TopicMetadata",
     "TopicPartition",
     "TransactionalProducer",

@@ -38,10 +38,12 @@ class ApiKey(enum.IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    SASL_AUTHENTICATE = 36
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
@@ -66,6 +68,7 @@ class Kind(enum.Enum):
     FATAL = "fatal"
     UNSUPPORTED_VERSION = "unsupported version"
     OFFSET_OUT_OF_RANGE = "offset out of range"
+    AUTHENTICATION = "authentication"
 
 
 RETRY = Kind.RETRIABLE
@@ -74,6 +77,7 @@ BUMP = Kind.EPOCH_BUMP
 FENCED = Kind.FENCED
 FATAL = Kind.FATAL
 VERSION = Kind.UNSUPPORTED_VERSION
+AUTH = Kind.AUTHENTICATION
 
 Row = tuple[Kind, str]
 """(kind, note); the note is empty where the kind is what the code's name says."""
@@ -286,6 +290,22 @@ _API_VERSIONS: dict[int, Row] = {
     42: (FATAL, "KIP-511: client software name or version rejected"),  # INVALID_REQUEST
 }
 
+# SASL (KIP-43, KIP-152): run on every new connection before anything else. A refusal is never
+# retried: the same credentials would be refused again, and a client that loops on them locks
+# accounts on clusters that count failed logins.
+_SASL_HANDSHAKE: dict[int, Row] = {
+    # UNSUPPORTED_SASL_MECHANISM
+    33: (AUTH, "the broker does not enable sasl.mechanism; the answer lists what it enables"),
+    # ILLEGAL_SASL_STATE
+    34: (AUTH, "SaslHandshake out of turn: a client bug or a broker in another state"),
+}
+
+_SASL_AUTHENTICATE: dict[int, Row] = {
+    34: (AUTH, "SaslAuthenticate out of turn"),  # ILLEGAL_SASL_STATE
+    # SASL_AUTHENTICATION_FAILED
+    58: (AUTH, "wrong password, unknown user or expired token: fix the credentials"),
+}
+
 # InitProducerId makes a new mapping, so it never answers 48 or 49.
 _INIT_PRODUCER_ID: dict[int, Row] = {
     **_without(_TXN_COORDINATOR, 48, 49),
@@ -361,8 +381,10 @@ TABLE: Mapping[ApiKey, Mapping[int, Row]] = {
     ApiKey.HEARTBEAT: dict(_GROUP),
     ApiKey.LEAVE_GROUP: _LEAVE_GROUP,
     ApiKey.SYNC_GROUP: _SYNC_GROUP,
+    ApiKey.SASL_HANDSHAKE: _SASL_HANDSHAKE,
     ApiKey.API_VERSIONS: _API_VERSIONS,
     ApiKey.INIT_PRODUCER_ID: _INIT_PRODUCER_ID,
+    ApiKey.SASL_AUTHENTICATE: _SASL_AUTHENTICATE,
     ApiKey.ADD_PARTITIONS_TO_TXN: _ADD_PARTITIONS_TO_TXN,
     ApiKey.ADD_OFFSETS_TO_TXN: _ADD_OFFSETS_TO_TXN,
     ApiKey.END_TXN: _END_TXN,

@@ -14,12 +14,21 @@ different values.
 
 Values are not coerced from strings: ``"linger.ms": "5"`` is a type error, as the Python API is
 typed. The exceptions are the few settings Kafka users habitually write as words (``acks``).
+
+Security settings (``security.protocol``, ``ssl.*``, ``sasl.*``) are checked together: a SASL
+protocol needs a mechanism and its credentials, ``ssl.*`` and ``sasl.*`` settings need a protocol
+that uses them (a forgotten ``security.protocol`` would otherwise show only as a connection that
+never works). Passwords are kept as :class:`Secret` values: ``repr``, ``str`` and every
+:class:`~eosclient.errors.ConfigError` show ``'***'``, never the text; the connection layer
+reads it with :meth:`Secret.reveal`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -30,7 +39,7 @@ from eosclient._core.partitioner import Partitioner, default_partitioner
 from eosclient._core.records import Serializer, compression_for
 from eosclient.errors import ConfigError
 
-__all__ = ["ClientConfig", "ConsumerConfig", "ProducerConfig", "build", "setting"]
+__all__ = ["ClientConfig", "ConsumerConfig", "ProducerConfig", "Secret", "build", "setting"]
 
 Check = Callable[[object, str], object]
 """Validates a value given under a key (as spelled); returns it normalised or raises."""
@@ -179,6 +188,75 @@ def _no_auto_commit(value: object, key: str) -> object:
                       f"send_offsets_to_transaction), got {value!r}", key=key)
 
 
+@dataclass(frozen=True, slots=True, eq=True)
+class Secret:
+    """A password or key passphrase: shown as ``'***'`` by ``repr`` and ``str``.
+
+    Kept out of sight so that a config logged, printed in a traceback's locals, or quoted in an
+    error never shows it; only the connection layer calls :meth:`reveal`.
+    """
+
+    _value: str = field(repr=False)
+
+    def reveal(self) -> str:
+        """The secret's text (for the connection layer only)."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    def __str__(self) -> str:
+        return "***"
+
+
+def secret(value: object, key: str) -> object:
+    """A check for a password: a non-empty str (or a :class:`Secret`) -> a Secret, or None.
+
+    Its errors never quote the value, only its type.
+    """
+    if value is None or isinstance(value, Secret):
+        return value
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"expected a non-empty str, got a {type(value).__name__}", key=key)
+    return Secret(value)
+
+
+def _protocol(value: object, key: str) -> object:
+    names = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+    if not isinstance(value, str) or value.upper() not in names:
+        raise ConfigError(f"must be one of {', '.join(names)}, got {_type_name(value)}", key=key)
+    return value.upper()
+
+
+def _mechanism(value: object, key: str) -> object:
+    names = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+    if value is None:
+        return None
+    if not isinstance(value, str) or value.upper() not in names:
+        raise ConfigError(f"must be one of {', '.join(names)}, got {_type_name(value)}", key=key)
+    return value.upper()
+
+
+def _file(value: object, key: str) -> object:
+    """A check for the path of a readable file (or None), as librdkafka checks it at creation."""
+    if value is None:
+        return None
+    if not isinstance(value, str | os.PathLike) or not os.fspath(value):
+        raise ConfigError(f"expected a file path, got {_type_name(value)}", key=key)
+    path = os.fspath(value)
+    if not isinstance(path, str):
+        raise ConfigError(f"expected a str path, got {_type_name(value)}", key=key)
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+        raise ConfigError(f"no readable file at {path!r}", key=key)
+    return path
+
+
+def _ssl_context(value: object, key: str) -> object:
+    if value is None or isinstance(value, ssl.SSLContext):
+        return value
+    raise ConfigError(f"expected an ssl.SSLContext, got {type(value).__name__}", key=key)
+
+
 def setting(key: str, check: Check, doc: str) -> dict[str, Any]:
     """A setting's field metadata: its Kafka key, its check and a one-line doc."""
     return {"key": key, "check": check, "doc": doc}
@@ -218,6 +296,39 @@ class ClientConfig:
         "receive.message.max.bytes", integer(1_000),
         "largest answer read from a broker (librdkafka's name and default), and largest batch "
         "after decompression; a larger one closes the connection before it is read"))
+    security_protocol: str = field(default="PLAINTEXT", metadata=setting(
+        "security.protocol", _protocol,
+        "PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL (SASL over TLS)"))
+    ssl_ca_location: str | None = field(default=None, metadata=setting(
+        "ssl.ca.location", _file,
+        "PEM file of the CA certificates that sign the brokers' (default: the system's CAs)"))
+    ssl_certificate_location: str | None = field(default=None, metadata=setting(
+        "ssl.certificate.location", _file,
+        "PEM file of this client's certificate, for mutual TLS (may hold the key too)"))
+    ssl_key_location: str | None = field(default=None, metadata=setting(
+        "ssl.key.location", _file, "PEM file of this client's private key, for mutual TLS"))
+    ssl_key_password: Secret | None = field(default=None, metadata=setting(
+        "ssl.key.password", secret, "the private key's passphrase (kept as a Secret)"))
+    ssl_endpoint_identification_algorithm: str = field(default="https", metadata=setting(
+        "ssl.endpoint.identification.algorithm", choice("https", "none"),
+        "https: the broker's certificate must name the host connected to; none: not checked"))
+    ssl_context: ssl.SSLContext | None = field(default=None, metadata=setting(
+        "ssl.context", _ssl_context,
+        "an ssl.SSLContext used as it is, instead of the ssl.* settings (eosclient)"))
+    sasl_mechanism: str | None = field(default=None, metadata=setting(
+        "sasl.mechanism", _mechanism,
+        "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (librdkafka's alias: "
+        "sasl.mechanisms)"))
+    sasl_username: str | None = field(default=None, metadata=setting(
+        "sasl.username", text(optional=True), "the SASL user (PLAIN and SCRAM)"))
+    sasl_password: Secret | None = field(default=None, metadata=setting(
+        "sasl.password", secret, "the SASL password (PLAIN and SCRAM; kept as a Secret)"))
+    oauth_cb: Callable[[str | None], Any] | None = field(default=None, metadata=setting(
+        "oauth_cb", function(optional=True),
+        "OAUTHBEARER: (sasl.oauthbearer.config) -> (token, expiry in epoch seconds), called "
+        "again before the token expires (confluent-kafka's oauth_cb)"))
+    sasl_oauthbearer_config: str | None = field(default=None, metadata=setting(
+        "sasl.oauthbearer.config", text(optional=True), "passed to oauth_cb as it is"))
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
@@ -234,6 +345,64 @@ class ClientConfig:
             if top < base:
                 raise ConfigError(f"must be at least the initial backoff ({base}), got {top}",
                                   key=key)
+        self._check_security()
+
+    @property
+    def uses_tls(self) -> bool:
+        """Whether connections are wrapped in TLS (SSL or SASL_SSL)."""
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        """Whether connections log in with SASL (SASL_PLAINTEXT or SASL_SSL)."""
+        return self.security_protocol.startswith("SASL_")
+
+    def _check_security(self) -> None:
+        """The security settings together: each setting given needs the protocol that uses
+        it, and a SASL protocol needs a mechanism with its credentials."""
+        protocol = self.security_protocol
+        tls: dict[str, object] = {
+            "ssl.ca.location": self.ssl_ca_location,
+            "ssl.certificate.location": self.ssl_certificate_location,
+            "ssl.key.location": self.ssl_key_location,
+            "ssl.key.password": self.ssl_key_password,
+            "ssl.context": self.ssl_context}
+        if not self.uses_tls:
+            for key, value in tls.items():
+                if value is not None:
+                    raise ConfigError(f"is set but security.protocol is {protocol}; use SSL or "
+                                      "SASL_SSL for TLS", key=key)
+        if self.ssl_context is not None:
+            for key, value in tls.items():
+                if value is not None and key != "ssl.context":
+                    raise ConfigError("cannot be combined with ssl.context (an SSLContext "
+                                      "brings its own CAs and certificates)", key=key)
+        if self.ssl_key_location is not None and self.ssl_certificate_location is None:
+            raise ConfigError("needs ssl.certificate.location (mutual TLS sends both)",
+                              key="ssl.key.location")
+        if self.ssl_key_password is not None and self.ssl_certificate_location is None:
+            raise ConfigError("needs ssl.certificate.location", key="ssl.key.password")
+        sasl: dict[str, object] = {
+            "sasl.mechanism": self.sasl_mechanism, "sasl.username": self.sasl_username,
+            "sasl.password": self.sasl_password, "oauth_cb": self.oauth_cb}
+        if not self.uses_sasl:
+            for key, value in sasl.items():
+                if value is not None:
+                    raise ConfigError(f"is set but security.protocol is {protocol}; use "
+                                      "SASL_PLAINTEXT or SASL_SSL for SASL", key=key)
+            return
+        mechanism = self.sasl_mechanism
+        if mechanism is None:
+            raise ConfigError(f"is required with security.protocol {protocol} (PLAIN, "
+                              "SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER)", key="sasl.mechanism")
+        if mechanism == "OAUTHBEARER":
+            if self.oauth_cb is None:
+                raise ConfigError("is required with sasl.mechanism OAUTHBEARER", key="oauth_cb")
+            return
+        for key, value in (("sasl.username", self.sasl_username),
+                           ("sasl.password", self.sasl_password)):
+            if value is None:
+                raise ConfigError(f"is required with sasl.mechanism {mechanism}", key=key)
 
     @classmethod
     def keys(cls) -> dict[str, str]:
@@ -400,7 +569,7 @@ def build(cls: type[_C], given: Mapping[str, object], config: Mapping[str, objec
         ConfigError: an unknown key (the nearest known one suggested), a key given as both a
             keyword and a dotted key with different values, a wrong type or a bad value.
     """
-    keys = cls.keys()
+    keys = {**cls.keys(), **{a: cls.keys()[k] for a, k in _ALIASES.items()}}
     specs = {f.name: f for f in dataclasses.fields(cls)}
     values: dict[str, object] = {}
     spelled: dict[str, str] = {}
@@ -414,8 +583,10 @@ def build(cls: type[_C], given: Mapping[str, object], config: Mapping[str, objec
             raise ConfigError(_unknown(key, keys), key=str(key))
         checked = specs[target].metadata["check"](value, key)
         if target in values and values[target] != checked:
+            shown = ((values[target], value) if specs[target].metadata["check"] is not secret
+                     else ("***", "***"))
             raise ConfigError(f"given twice with different values: {spelled[target]}="
-                              f"{values[target]!r} and {key!r}: {value!r}", key=key)
+                              f"{shown[0]!r} and {key!r}: {shown[1]!r}", key=key)
         values[target], spelled[target] = checked, key
     try:
         return cls(**values)  # type: ignore[arg-type]
@@ -423,6 +594,10 @@ def build(cls: type[_C], given: Mapping[str, object], config: Mapping[str, objec
         missing = [k for k, n in keys.items() if specs[n].default is dataclasses.MISSING
                    and n not in values]
         raise ConfigError(f"is required ({exc})", key=missing[0] if missing else "?") from None
+
+
+#: Other spellings of a key that librdkafka accepts; same setting, same check.
+_ALIASES: Mapping[str, str] = {"sasl.mechanisms": "sasl.mechanism"}
 
 
 def _unknown(key: object, keys: Mapping[str, str]) -> str:

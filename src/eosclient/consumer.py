@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import ssl
 import threading
 import time
 import weakref
@@ -102,6 +103,12 @@ class ReadCommittedConsumer:
         isolation_level: ``"read_committed"`` (default) or ``"read_uncommitted"``.
         auto_offset_reset: ``"earliest"``, ``"latest"`` (default: the LSO) or ``"none"``.
         client_id: ``client.id``.
+        security_protocol: ``security.protocol``: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL.
+        ssl_context: An :class:`ssl.SSLContext` used as it is (instead of ``ssl.*`` keys).
+        sasl_mechanism: ``sasl.mechanism``: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER.
+        sasl_username: ``sasl.username``.
+        sasl_password: ``sasl.password`` (kept as a :class:`~eosclient.config.Secret`).
+            The other ``ssl.*``/``sasl.*`` settings go in ``config``; see docs/security.md.
         config: Any setting by Kafka's dotted key (``{"fetch.max.bytes": 52428800}``), or a
             whole :class:`~eosclient.config.ConsumerConfig` (then pass no other setting).
 
@@ -114,6 +121,10 @@ class ReadCommittedConsumer:
                  group_id: str | None = None, group_instance_id: str | None = None,
                  isolation_level: str | None = None,
                  auto_offset_reset: str | None = None, client_id: str | None = None,
+                 security_protocol: str | None = None,
+                 ssl_context: ssl.SSLContext | None = None,
+                 sasl_mechanism: str | None = None, sasl_username: str | None = None,
+                 sasl_password: str | None = None,
                  config: Mapping[str, object] | ConsumerConfig | None = None) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
         self.config = cfg = args.config_of(given, config)

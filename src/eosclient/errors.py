@@ -75,7 +75,13 @@ The exception tree
     │   │                               smallest Fetch -> raise the setting, or fix the broker
     │   ├── UnsupportedVersionError     no API version both sides speak
     │   ├── OffsetOutOfRangeError       the fetch position is gone and auto.offset.reset is none
-    │   └── CorruptRecordError          a fetched record batch failed its CRC-32C or its parse
+    │   ├── CorruptRecordError          a fetched record batch failed its CRC-32C or its parse
+    │   └── AuthenticationError         the connection could not be authenticated -> fix the
+    │       │                           credentials, certificates or security.protocol
+    │       ├── SaslAuthenticationError the broker refused the SASL login (58, 33, 34)
+    │       └── SslAuthenticationError  the broker's certificate failed verification (untrusted
+    │                                   CA, host name mismatch, expired) or the TLS handshake
+    │                                   failed in a way a retry cannot fix
     └── UsageError                      the application misused the API; nothing changed
         ├── ConfigError                 bad setting (.key names it; also ValueError)
         ├── UnknownPartitionError       send() to a partition not declared at begin (ValueError)
@@ -99,6 +105,7 @@ from eosclient._error_table import SUCCESS_LIKE, TABLE, ApiKey, Kind
 __all__ = [
     "AbortableError",
     "ApiKey",
+    "AuthenticationError",
     "CommitFailedError",
     "ConfigError",
     "CorruptRecordError",
@@ -116,6 +123,8 @@ __all__ = [
     "RecordTypeError",
     "ResponseTooLargeError",
     "RetriableError",
+    "SaslAuthenticationError",
+    "SslAuthenticationError",
     "TableRow",
     "UnknownPartitionError",
     "UnsupportedVersionError",
@@ -277,6 +286,27 @@ class CorruptRecordError(FatalError):
         self.offset = offset
 
 
+class AuthenticationError(FatalError):
+    """A connection could not be authenticated: not retried, because the same credentials or
+    certificates would fail the same way (and repeated failed logins lock accounts on some
+    clusters). Close the client and fix the settings.
+
+    Raised at once by every blocking call of the client once any connection failed so; its
+    message names the broker's address and never carries a password or a token.
+    """
+
+
+class SaslAuthenticationError(AuthenticationError):
+    """The broker refused the SASL login: SASL_AUTHENTICATION_FAILED (58, a wrong password, an
+    unknown user, an expired token), UNSUPPORTED_SASL_MECHANISM (33) or ILLEGAL_SASL_STATE (34)."""
+
+
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake failed: the broker's certificate is not trusted by ``ssl.ca.location``
+    (or the system's CAs), does not name the host connected to (with
+    ``ssl.endpoint.identification.algorithm=https``), has expired, or the broker refused ours."""
+
+
 class UsageError(EosError):
     """The application misused the API. Raised before anything is sent; nothing changed."""
 
@@ -323,6 +353,7 @@ _KIND_CLASS: dict[Kind, type[EosError]] = {
     Kind.FATAL: FatalError,
     Kind.UNSUPPORTED_VERSION: UnsupportedVersionError,
     Kind.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
+    Kind.AUTHENTICATION: SaslAuthenticationError,
 }
 
 _UNSUPPORTED_VERSION = 35

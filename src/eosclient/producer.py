@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 import time
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -77,6 +78,12 @@ class TransactionalProducer:
         value_serializer: Turns values into bytes (default: bytes-like or None).
         partitioner: ``(topic, key bytes, partitions) -> partition or None`` (None: sticky);
             the default is murmur2 for keys, like the Java client.
+        security_protocol: ``security.protocol``: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL.
+        ssl_context: An :class:`ssl.SSLContext` used as it is (instead of ``ssl.*`` keys).
+        sasl_mechanism: ``sasl.mechanism``: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER.
+        sasl_username: ``sasl.username``.
+        sasl_password: ``sasl.password`` (kept as a :class:`~eosclient.config.Secret`).
+            The other ``ssl.*``/``sasl.*`` settings go in ``config``; see docs/security.md.
         config: Any setting by Kafka's dotted key (``{"linger.ms": 5}``), or a whole
             :class:`~eosclient.config.ProducerConfig` (then pass no other setting).
 
@@ -101,6 +108,11 @@ class TransactionalProducer:
         key_serializer: Serializer | None = None,
         value_serializer: Serializer | None = None,
         partitioner: Partitioner | None = None,
+        security_protocol: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        sasl_mechanism: str | None = None,
+        sasl_username: str | None = None,
+        sasl_password: str | None = None,
         config: Mapping[str, object] | ProducerConfig | None = None,
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from typing import Concatenate, Final, ParamSpec, Protocol, TypeVar
 
 from eosclient._net.client import Answer, NetworkClient
-from eosclient._net.io_thread import IoThread
-from eosclient.errors import EosError, FatalError, KafkaTimeoutError
+from eosclient._net.io_thread import IoThread, stopped_error
+from eosclient.errors import AuthenticationError, EosError, KafkaTimeoutError
 
 __all__ = ["Driver", "IoLoop", "serialized"]
 
@@ -115,13 +115,13 @@ class IoLoop(IoThread):
         """Raise if the thread died of a bug.
 
         Raises:
+            AuthenticationError: a connection could not be authenticated; close, fix settings.
             FatalError: the thread crashed; the consumer can only be closed.
             ResponseTooLargeError: a non-Fetch answer was over ``receive.message.max.bytes``
                 (see :meth:`check_refused`).
         """
         if self.crashed is not None:
-            raise FatalError(f"the consumer's I/O thread crashed: {self.crashed!r}") \
-                from self.crashed
+            raise stopped_error(self.crashed, "consumer")
         self.check_refused()
 
     def _run(self) -> None:
@@ -135,7 +135,8 @@ class IoLoop(IoThread):
                     return
                 answers = self.client.poll(timeout)
         except BaseException as exc:  # a bug: make every caller see it rather than hang
-            log.exception("the consumer's I/O thread crashed")
+            if not isinstance(exc, AuthenticationError):  # that one the client logged
+                log.exception("the consumer's I/O thread crashed")
             with self.lock:
                 self.crashed = exc
                 self.client.close()
@@ -145,6 +146,8 @@ class IoLoop(IoThread):
         """Dispatch answers and step the drivers; the next wait in seconds, None to exit."""
         self.sleeping = False
         self.client.dispatch(answers)
+        if self.client.fatal is not None and not self._stopping:
+            raise self.client.fatal
         if self._stopping:
             self.client.dispatch(self.client.close())
             self.stopped = True

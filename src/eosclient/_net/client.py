@@ -44,6 +44,13 @@ ApiVersions handshake is done; ``send(None, ...)`` picks the least loaded usable
 connection that fails or is closed is not retried before its reconnect backoff (exponential with
 jitter, :mod:`eosclient._net.backoff`) has passed; requests sent meanwhile wait for the attempt.
 
+Security: TLS and SASL are set up per connection by :mod:`eosclient._net.node` from the one
+:class:`~eosclient._net.security.Security` made here at construction (so a certificate that
+cannot be loaded is a ConfigError then). A connection that fails to authenticate (a refused
+SASL login, a certificate that fails verification) is not retried: :attr:`NetworkClient.fatal`
+keeps its :class:`~eosclient.errors.AuthenticationError`, logged once at ERROR, and the owner's
+I/O thread stops on it, so every blocking call raises it at once instead of timing out.
+
 Metadata (:class:`~eosclient._net.metadata.Metadata`) is shared with the owner's application
 threads and, like everything they share, is read and written only under the owner's lock.
 """
@@ -61,8 +68,14 @@ from typing import Any
 from eosclient._net.backoff import Backoff
 from eosclient._net.metadata import Metadata
 from eosclient._net.node import Answer, NodeConnection, Phase
+from eosclient._net.security import security_for
 from eosclient.config import ClientConfig
-from eosclient.errors import KafkaConnectionError, ProtocolError, ResponseTooLargeError
+from eosclient.errors import (
+    AuthenticationError,
+    KafkaConnectionError,
+    ProtocolError,
+    ResponseTooLargeError,
+)
 
 _UNKNOWN_TOPIC = 3  # UNKNOWN_TOPIC_OR_PARTITION
 
@@ -78,6 +91,9 @@ class NetworkClient:
         config: Brokers, client id, timeouts and backoffs.
         auto_create_topics: Whether Metadata asks brokers to create missing topics.
         clock: Monotonic seconds (tests may pass their own).
+
+    Raises:
+        ConfigError: a certificate, key or CA file named by ``ssl.*`` cannot be loaded.
     """
 
     def __init__(
@@ -88,6 +104,9 @@ class NetworkClient:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
+        self._security = security_for(config)
+        #: Why this client cannot go on: a connection could not be authenticated.
+        self.fatal: AuthenticationError | None = None
         self._clock = clock
         self._request_timeout = config.request_timeout_ms / 1000
         self._setup_timeout = config.socket_connection_setup_timeout_ms / 1000
@@ -287,7 +306,8 @@ class NetworkClient:
         start_at = max(now, self._not_before.get(node_id, now))
         conn = NodeConnection(node_id, address, client_id=self._config.client_id,
                               setup_timeout=self._setup_timeout, start_at=start_at,
-                              max_frame_size=self._config.receive_message_max_bytes)
+                              max_frame_size=self._config.receive_message_max_bytes,
+                              security=self._security)
         self._conns[node_id] = conn  # WAITING: poll() starts it, outside the owner's lock
         return conn
 
@@ -325,10 +345,16 @@ class NetworkClient:
                 self._selector.unregister(registered[0])
         if self._conns.get(conn.node_id) is conn:
             del self._conns[conn.node_id]
+        if isinstance(conn.failure, AuthenticationError):
+            if self.fatal is None:
+                log.error("%s; not retried: fix the credentials, certificates or "
+                          "security.protocol", conn.failure)
+            self.fatal = self.fatal or conn.failure
         failures = self._failures.get(conn.node_id, 0) + 1
         self._failures[conn.node_id] = failures
         self._not_before[conn.node_id] = now + self._reconnect.delay(failures)
-        if failures == 1 and not conn.was_ready:  # once per streak: the retries go on quietly
+        # Once per streak: the retries go on quietly (and an authentication failure said more).
+        if failures == 1 and not conn.was_ready and self.fatal is None:
             host, port = conn.address
             log.warning("cannot connect to %s:%s (%s); retrying with backoff",
                         host, port, conn.failure or "closed during setup")

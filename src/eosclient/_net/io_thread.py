@@ -11,9 +11,9 @@ import copy
 import threading
 
 from eosclient._net.client import NetworkClient
-from eosclient.errors import IllegalStateError
+from eosclient.errors import AuthenticationError, EosError, FatalError, IllegalStateError
 
-__all__ = ["IoThread", "refuse_to_block"]
+__all__ = ["IoThread", "refuse_to_block", "stopped_error"]
 
 _JOIN_TIMEOUT = 10.0
 
@@ -39,6 +39,22 @@ def refuse_to_block(what: str, timeout: float | None) -> None:
             f"{what} would block the eosclient I/O thread it runs on (a delivery callback), "
             "which is the thread that completes it: a deadlock. Wait in another thread, or "
             "use done()/add_done_callback() here")
+
+
+def stopped_error(crashed: BaseException, who: str) -> EosError:
+    """The error each blocking call raises once the I/O thread stopped on ``crashed``.
+
+    An :class:`AuthenticationError` (the client cannot log in) is raised as itself, a fresh
+    copy each time with the same cause (the TLS error, say), so the application catches the
+    type it documents; anything else is a bug, a FatalError chained from it.
+    """
+    if isinstance(crashed, AuthenticationError):
+        again = copy.copy(crashed)
+        again.__cause__ = crashed.__cause__
+        return again
+    error = FatalError(f"the {who}'s I/O thread crashed: {crashed!r}")
+    error.__cause__ = crashed
+    return error
 
 
 class IoThread:

@@ -8,17 +8,31 @@ says which events it waits for (:attr:`NodeConnection.events`), and the loop cal
 (answered, failed, timed out) comes back as an :class:`Answer` for the loop's owner to dispatch,
 under its own lock.
 
-Setup is a fixed sequence of phases; a request sent before the last one waits in a queue::
+Setup is a fixed sequence of phases; a request sent before READY waits in a queue::
 
-    WAITING --(backoff over)--> CONNECTING --(TCP up)--> HANDSHAKE --(ApiVersions)--> READY
+    WAITING --(backoff over)--> CONNECTING --(TCP up)--> [TLS] --> HANDSHAKE --(ApiVersions)-->
+        [SASL] --> READY --(KIP-368 session nearly over)--> DRAINING --(nothing in flight)--> SASL
 
-**Where TLS and SASL slot in** (not implemented yet): a TLS phase between CONNECTING and
-HANDSHAKE wraps the socket with ``ssl_context.wrap_socket(sock, server_hostname=host,
-do_handshake_on_connect=False)`` and drives ``do_handshake()`` from the readable/writable events
-(``ssl.SSLWantReadError``/``SSLWantWriteError`` say which to wait for); a SASL phase between
-HANDSHAKE and READY sends SaslHandshake and SaslAuthenticate through the same ``Connection``.
-Both go in :meth:`NodeConnection._advance`, the one place that moves between phases; nothing
-outside this module would change, because everything else only sees READY or a failure.
+The bracketed phases run only when :class:`~eosclient._net.security.Security` asks for them,
+and :meth:`NodeConnection._advance` is the one place that moves between phases: everything
+outside this module only sees READY or a failure.
+
+* **TLS** wraps the socket (``SSLContext.wrap_socket(..., server_hostname=host,
+  do_handshake_on_connect=False)``) and drives ``do_handshake()`` from the selector's events:
+  ``ssl.SSLWantReadError``/``SSLWantWriteError`` say which event to wait for. Reads and writes
+  after it treat the same two errors as "would block". A certificate that fails verification
+  (untrusted, wrong host name, expired), and any other TLS failure during setup but an EOF or a
+  reset, closes the connection with :class:`~eosclient.errors.SslAuthenticationError`: fatal,
+  because a retry would meet the same certificate.
+* **SASL** runs :class:`~eosclient._protocol.sasl.SaslLogin` through the same ``Connection``
+  after ApiVersions (so SaslHandshake goes out at a negotiated version) and before anything
+  else. A refusal closes the connection with
+  :class:`~eosclient.errors.SaslAuthenticationError`; the client stops on it
+  (:mod:`eosclient._net.client`), never retrying a wrong password.
+* **Re-login** (KIP-368): when SaslAuthenticate v1+ gave a session lifetime, the connection
+  logs in again at 85-95% of it (Java's window): new requests queue (DRAINING), the ones in
+  flight are answered, then the SASL phase runs again on the same socket and the queue goes
+  out. Nothing is cut, so no request's outcome becomes unknown.
 
 Host names are resolved (``getaddrinfo``) in :meth:`NodeConnection.start`, which only the loop's
 :meth:`~NodeConnection.expire` calls, from ``NetworkClient.poll()``, outside the owner's lock: a
@@ -40,22 +54,29 @@ from __future__ import annotations
 import enum
 import errno
 import logging
+import random
 import selectors
 import socket
+import ssl
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from eosclient._net.security import PLAINTEXT, Security
 from eosclient._protocol.connection import Connection, Reply
 from eosclient._protocol.framing import DEFAULT_MAX_FRAME_SIZE
+from eosclient._protocol.sasl import SaslLogin
 from eosclient.errors import (
     ApiKey,
+    AuthenticationError,
     EosError,
     KafkaConnectionError,
     KafkaTimeoutError,
     ProtocolError,
     ResponseTooLargeError,
+    SaslAuthenticationError,
+    SslAuthenticationError,
 )
 
 __all__ = ["Answer", "NodeConnection", "Phase"]
@@ -64,6 +85,8 @@ log = logging.getLogger("eosclient.net")
 
 _READ_SIZE = 256 * 1024
 _IN_PROGRESS = frozenset({errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY})
+_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+_RELOGIN_WINDOW = (0.85, 0.95)  # of a KIP-368 session lifetime, as Java re-authenticates
 
 
 class Phase(enum.Enum):
@@ -71,8 +94,11 @@ class Phase(enum.Enum):
 
     WAITING = "waiting for the reconnect backoff to pass"
     CONNECTING = "TCP connect in progress"
+    TLS = "TLS handshake in progress"
     HANDSHAKE = "ApiVersions sent"
+    SASL = "SASL login in progress"
     READY = "ready for requests"
+    DRAINING = "waiting for requests in flight before logging in again (KIP-368)"
     CLOSED = "closed"
 
 
@@ -139,6 +165,8 @@ class NodeConnection:
             Any other request answered that way (Metadata, the group APIs, ...) fails with the
             ResponseTooLargeError itself, also kept as :attr:`refused`: a smaller answer cannot
             be asked for, so retrying would only stall whoever waits on it.
+        security: TLS and SASL (:func:`~eosclient._net.security.security_for`); plaintext by
+            default.
     """
 
     def __init__(
@@ -150,6 +178,7 @@ class NodeConnection:
         setup_timeout: float,
         start_at: float,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        security: Security = PLAINTEXT,
     ) -> None:
         self.node_id = node_id
         self.address = address
@@ -166,6 +195,11 @@ class NodeConnection:
         self._in_flight: deque[_Request] = deque()
         self._out = _Buffer()
         self._answers: list[Answer] = []
+        self._security = security
+        self._tls_wants = selectors.EVENT_WRITE  # the event the TLS handshake waits for
+        self._login: SaslLogin | None = None
+        self._relogin_at = float("inf")
+        self.logins = 0  # SASL logins completed on this connection (KIP-368 re-logins count)
 
     # -- what the loop reads -----------------------------------------------------------------
 
@@ -184,6 +218,8 @@ class NodeConnection:
         """The selector events to wait for (0 while WAITING or CLOSED)."""
         if self.sock is None:
             return 0
+        if self.phase is Phase.TLS:
+            return self._tls_wants
         if self.phase is Phase.CONNECTING or self._out.chunks:
             return selectors.EVENT_READ | selectors.EVENT_WRITE
         return selectors.EVENT_READ
@@ -192,9 +228,10 @@ class NodeConnection:
         """The nearest time :meth:`expire` has something to do."""
         if self.phase is Phase.WAITING:
             return self.start_at
-        if self.phase is not Phase.READY:
+        if self.phase not in (Phase.READY, Phase.DRAINING):
             return self._setup_deadline
-        return min((r.deadline for r in self._in_flight), default=float("inf"))
+        first = min((r.deadline for r in self._in_flight), default=float("inf"))
+        return min(first, self._relogin_at) if self.phase is Phase.READY else first
 
     def take_answers(self) -> list[Answer]:
         """The requests finished since the last call."""
@@ -245,26 +282,41 @@ class NodeConnection:
                 self.close(_cut(self, f"cannot connect: {errno.errorcode.get(code, code)}"))
                 return
             self._advance(now)
+        elif self.phase is Phase.TLS:
+            self._tls_step(now)
+            return
         self._flush()
 
     def on_readable(self, now: float) -> None:
         """Read what the socket has; finish the requests it answers."""
+        if self.phase is Phase.TLS:
+            self._tls_step(now)
+            return
         sock = self.sock
+        tls = isinstance(sock, ssl.SSLSocket)
         while sock is not None and self.phase is not Phase.CLOSED:
             try:
                 data = sock.recv(_READ_SIZE)
-            except (BlockingIOError, InterruptedError):
+            except _WOULD_BLOCK:
+                return
+            except ssl.SSLError as exc:
+                # TLS 1.3: a broker refusing our certificate says so after our side of the
+                # handshake finished, in an alert read here.
+                self.close(self._tls_failure(exc))
                 return
             except OSError as exc:
                 self.close(_cut(self, f"receive failed: {exc}", exc))
                 return
             if not data:
-                self.close(_cut(self, "the broker closed the connection",
-                                EOFError("the socket reached end of file")))
+                why = "the broker closed the connection"
+                if tls and self.phase is Phase.HANDSHAKE:  # TLS 1.3 refuses a client
+                    why += (" right after the TLS handshake (a broker that refuses this "  # cert
+                            "client's certificate does so; check ssl.certificate.location)")
+                self.close(_cut(self, why, EOFError("the socket reached end of file")))
                 return
             self._receive(data, now)
-            if len(data) < _READ_SIZE:
-                return
+            if len(data) < _READ_SIZE and not tls:  # TLS: read until it would block (records
+                return  # decrypted into OpenSSL's buffer wake no selector)
 
     def expire(self, now: float) -> None:
         """Start a connect whose backoff passed; fail what has outlived its deadline."""
@@ -272,9 +324,15 @@ class NodeConnection:
             if now >= self.start_at:
                 self.start(now)
             return
-        if self.phase in (Phase.CONNECTING, Phase.HANDSHAKE) and now >= self._setup_deadline:
-            self.close(_cut(self, f"setup did not finish in {self._setup_timeout:g} s"))
+        if self.phase in _SETUP and now >= self._setup_deadline:
+            self.close(_cut(self, f"setup did not finish in {self._setup_timeout:g} s "
+                                  f"({self.phase.value})"))
             return
+        if self.phase is Phase.READY and now >= self._relogin_at:
+            self.phase = Phase.DRAINING  # requests queue; the ones in flight finish first
+            self._relogin_at = float("inf")
+            if not self._in_flight:
+                self._start_login(now)
         late = next((r for r in self._in_flight if r.deadline <= now), None)
         if late is not None:
             api = late.request.API_KEY
@@ -289,7 +347,7 @@ class NodeConnection:
         """Close the socket; every request not answered fails with ``error``. Idempotent."""
         if self.phase is Phase.CLOSED:
             return
-        self.was_ready = self.was_ready or self.ready
+        self.was_ready = self.was_ready or self.phase in (Phase.READY, Phase.DRAINING)
         self.failure = error
         self.phase = Phase.CLOSED
         if self.sock is not None:
@@ -305,16 +363,117 @@ class NodeConnection:
     # -- internals ---------------------------------------------------------------------------
 
     def _advance(self, now: float) -> None:
-        """Move to the next setup phase (the one place TLS and SASL phases would go)."""
-        if self.phase is Phase.CONNECTING:
+        """Move to the next setup phase: the one place the phases follow each other."""
+        if self.phase is Phase.CONNECTING and self._security.tls is not None:
+            self._start_tls(now)
+        elif self.phase in (Phase.CONNECTING, Phase.TLS):
             self.phase = Phase.HANDSHAKE
             self._out.chunks.append(memoryview(self.protocol.handshake()))
             self._flush()
-        elif self.phase is Phase.HANDSHAKE:
+        elif self.phase is Phase.HANDSHAKE and self._security.login is not None:
+            self._start_login(now)
+        elif self.phase in (Phase.HANDSHAKE, Phase.SASL):
             self.phase = Phase.READY
             queued, self._queued = self._queued, deque()
             for pending in queued:
                 self._write_request(pending, now)
+
+    def _start_tls(self, now: float) -> None:
+        assert self._security.tls is not None and self.sock is not None
+        self.phase = Phase.TLS
+        try:
+            self.sock = self._security.tls.wrap_socket(
+                self.sock, server_hostname=self.address[0], do_handshake_on_connect=False)
+        except (ssl.SSLError, ValueError) as exc:  # e.g. a host name SNI cannot carry
+            self.close(self._tls_failure(exc))
+            return
+        self._tls_step(now)
+
+    def _tls_step(self, now: float) -> None:
+        """Drive the TLS handshake one step; on to ApiVersions once it is done."""
+        assert isinstance(self.sock, ssl.SSLSocket)
+        try:
+            self.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._tls_wants = selectors.EVENT_READ
+            return
+        except ssl.SSLWantWriteError:
+            self._tls_wants = selectors.EVENT_WRITE
+            return
+        except ssl.SSLError as exc:
+            self.close(self._tls_failure(exc))
+            return
+        except OSError as exc:
+            self.close(_cut(self, f"TLS handshake failed: {exc}", exc))
+            return
+        self._advance(now)
+
+    def _tls_failure(self, exc: ssl.SSLError | ValueError) -> EosError:
+        """A TLS error as the connection's end: fatal during setup but for a cut (EOF)."""
+        setup = self.phase not in (Phase.READY, Phase.DRAINING)
+        if not setup or isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError):
+            # A cut, which a restarting broker makes too: retried. Some servers refuse a
+            # client certificate this way (no alert), so the message says where to look.
+            hint = (" (the broker closed it during the TLS handshake: does it want a client "
+                    "certificate, ssl.certificate.location?)") if setup else ""
+            return _cut(self, f"TLS failed: {exc}{hint}", exc)
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            why = f"the broker's certificate failed verification: {exc.verify_message}"
+        else:
+            why = f"TLS handshake failed: {getattr(exc, 'reason', None) or exc}"
+        host, port = self.address
+        error = SslAuthenticationError(f"node {self.node_id} ({host}:{port}): {why}")
+        error.__cause__ = exc
+        return error
+
+    def _start_login(self, now: float) -> None:
+        """Open a SASL login: at setup, and again before a KIP-368 session ends."""
+        assert self._security.login is not None
+        self.phase = Phase.SASL
+        self._setup_deadline = now + self._setup_timeout
+        try:
+            self._login = SaslLogin(self._security.login())
+        except Exception as exc:  # oauth_cb failed: a token service may come back, so retry
+            log.warning("node %d (%s:%d): no SASL token: %r", self.node_id, *self.address, exc)
+            self.close(_cut(self, f"no SASL login: oauth_cb failed: {exc!r}", exc))
+            return
+        self._send_login(self._login.start())
+
+    def _send_login(self, request: object) -> None:
+        try:
+            data = self.protocol.send(request)
+        except EosError as exc:  # UnsupportedVersionError: the broker offers no SASL
+            self.close(self._sasl_failure(SaslAuthenticationError(
+                f"the broker does not offer SASL ({exc}); is security.protocol right?")))
+            return
+        self._out.chunks.append(memoryview(data))
+        self._flush()
+
+    def _on_login(self, reply: Reply, now: float) -> None:
+        assert self._login is not None
+        try:
+            request = self._login.on_response(reply.response)
+        except SaslAuthenticationError as exc:
+            self.close(self._sasl_failure(exc))
+            return
+        if request is not None:
+            self._send_login(request)
+            return
+        self.logins += 1
+        lifetime = self._login.session_lifetime_ms / 1000
+        if lifetime > 0:
+            self._relogin_at = now + lifetime * random.uniform(*_RELOGIN_WINDOW)
+        self._login = None
+        self._advance(now)
+
+    def _sasl_failure(self, exc: SaslAuthenticationError) -> SaslAuthenticationError:
+        host, port = self.address
+        error = SaslAuthenticationError(f"node {self.node_id} ({host}:{port}): SASL "
+                                        f"{self._login.mechanism.name if self._login else ''} "
+                                        f"login refused: {exc}", code=exc.code,
+                                        code_name=exc.code_name, api=exc.api)
+        error.__cause__ = exc.__cause__
+        return error
 
     def _write_request(self, pending: _Request, now: float) -> None:
         try:
@@ -333,7 +492,7 @@ class NodeConnection:
             return
         try:
             self._out.write_to(self.sock)
-        except (BlockingIOError, InterruptedError):
+        except _WOULD_BLOCK:
             return
         except OSError as exc:
             self.close(_cut(self, f"send failed: {exc}", exc))
@@ -360,10 +519,14 @@ class NodeConnection:
                 return
             if self.phase is Phase.HANDSHAKE:
                 self._on_handshake(reply, now)
+            elif self.phase is Phase.SASL:
+                self._on_login(reply, now)
             else:
                 pending = self._in_flight.popleft()
                 assert pending.request is reply.request
                 self._answer(pending, reply.response, None)
+                if self.phase is Phase.DRAINING and not self._in_flight:
+                    self._start_login(now)
 
     def _on_handshake(self, reply: Reply, now: float) -> None:
         retry = self.protocol.retry_handshake(reply)
@@ -379,6 +542,14 @@ class NodeConnection:
     def _answer(self, pending: _Request, response: Any, error: EosError | None) -> None:
         self._answers.append(Answer(pending.request, response, error, self.node_id,
                                     pending.on_done, pending.version))
+
+
+_SETUP = frozenset({Phase.CONNECTING, Phase.TLS, Phase.HANDSHAKE, Phase.SASL})
+
+
+def is_authentication_failure(error: BaseException | None) -> bool:
+    """Whether a connection ended because it could not be authenticated (never retried)."""
+    return isinstance(error, AuthenticationError)
 
 
 def _never_sent(failure: EosError, api: int) -> EosError:

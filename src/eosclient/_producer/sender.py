@@ -51,11 +51,11 @@ from eosclient._core.txn import (
 )
 from eosclient._core.types import NO_IDENTITY
 from eosclient._net.client import Answer, NetworkClient
-from eosclient._net.io_thread import IoThread
+from eosclient._net.io_thread import IoThread, stopped_error
 from eosclient._producer.produce import ProduceLane
 from eosclient._producer.results import DeliveryFuture, publish
 from eosclient.config import ProducerConfig
-from eosclient.errors import EosError, FatalError, IllegalStateError
+from eosclient.errors import AuthenticationError, EosError, IllegalStateError
 
 __all__ = ["Sender"]
 
@@ -116,13 +116,13 @@ class Sender(IoThread):
         """Raise if the I/O thread died of a bug.
 
         Raises:
+            AuthenticationError: a connection could not be authenticated; close, fix settings.
             FatalError: the thread crashed; the producer can only be closed.
             ResponseTooLargeError: a non-Fetch answer was over ``receive.message.max.bytes``
                 (see :meth:`check_refused`).
         """
         if self.crashed is not None:
-            raise FatalError(f"the producer's I/O thread crashed: {self.crashed!r}") \
-                from self.crashed
+            raise stopped_error(self.crashed, "producer")
         self.check_refused()
 
     def broker_gone(self, now: float) -> bool:
@@ -159,6 +159,8 @@ class Sender(IoThread):
                 if timeout is None:
                     return
                 answers = self.client.poll(timeout)
+        except AuthenticationError as exc:  # logged by the network client; nothing to retry
+            self._crash(exc)
         except BaseException as exc:  # a bug: fail everything rather than hang the callers
             log.exception("the producer's I/O thread crashed")
             self._crash(exc)
@@ -170,6 +172,8 @@ class Sender(IoThread):
         if self._stopping:
             self._shut_down()
             return None
+        if self.client.fatal is not None:
+            raise self.client.fatal
         now = time.monotonic()
         timeout = self._step(now)
         if self.client.reachable():
@@ -253,8 +257,7 @@ class Sender(IoThread):
     def _crash(self, exc: BaseException) -> None:
         with self.lock:
             self.crashed = exc
-            error = FatalError(f"the producer's I/O thread crashed: {exc!r}")
-            error.__cause__ = exc  # each failed record's future says what the bug was
+            error = stopped_error(exc, "producer")  # each failed record's future says why
             try:
                 self._fail_everything(error)
                 self.client.close()

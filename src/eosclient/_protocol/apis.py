@@ -14,6 +14,7 @@ from kafka.protocol import admin as _admin
 from kafka.protocol import consumer as _consumer
 from kafka.protocol import metadata as _metadata
 from kafka.protocol import producer as _producer
+from kafka.protocol import sasl as _sasl
 
 from eosclient.errors import ApiKey
 
@@ -61,6 +62,10 @@ APIS: dict[ApiKey, Api] = {
         _row(ApiKey.HEARTBEAT, _consumer, "Heartbeat"),
         _row(ApiKey.LEAVE_GROUP, _consumer, "LeaveGroup"),
         _row(ApiKey.SYNC_GROUP, _consumer, "SyncGroup"),
+        _row(ApiKey.SASL_HANDSHAKE, _sasl, "SaslHandshake", 1, 1,
+             why="v0 sends the SASL bytes unframed; v1 wraps them in SaslAuthenticate"),
+        _row(ApiKey.SASL_AUTHENTICATE, _sasl, "SaslAuthenticate",
+             why="v1 adds session_lifetime_ms (KIP-368)"),
         _row(ApiKey.API_VERSIONS, _metadata, "ApiVersions", 0, 3,
              why="v3 is the newest most brokers answer; v4 adds nothing a client needs"),
         _row(ApiKey.INIT_PRODUCER_ID, _producer, "InitProducerId", 0, 5,

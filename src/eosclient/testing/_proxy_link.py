@@ -30,6 +30,7 @@ from eosclient.testing._proxy_rules import (
     point_at,
     set_error_codes,
 )
+from eosclient.testing.security import SaslUsers
 
 log = logging.getLogger("eosclient.testing.proxy")
 
@@ -53,6 +54,8 @@ class _Owner(Protocol):
     def bootstrap_servers(self) -> str: ...
     @property
     def latency(self) -> float: ...
+    @property
+    def sasl(self) -> SaslUsers | None: ...
     def _record(self, seen: SeenRequest) -> None: ...
 
 
@@ -114,6 +117,7 @@ class Link:
         self._awaiting: deque[_Exchange] = deque()
         self._broker_open = True
         self._cut = asyncio.Event()
+        self._login = proxy.sasl.session() if proxy.sasl is not None else None
         self.closed = asyncio.Event()  # set by the proxy once the link is closed and forgotten
         peer = self._client_writer.get_extra_info("peername")
         self._name = f"{proxy.bootstrap_servers} <- {peer}"
@@ -181,6 +185,8 @@ class Link:
             raise ProtocolError(f"request frame of {len(body)} bytes has no header")
         seen = SeenRequest(*_HEADER.unpack_from(body))
         self._proxy._record(seen)
+        if self._login is not None and self._front(seen, body, now):
+            return
         rule = self._proxy._rules.match(seen.api_key, seen.api_version)
         action = rule.action if rule is not None else None
         if rule is not None:
@@ -191,6 +197,28 @@ class Link:
         optional = not expects_response(seen.api_key, seen.api_version, body)
         release_at = now + self._proxy.latency + held
         self._outbound.put_nowait(_Exchange(seen, body, action, release_at, answer, optional))
+
+    def _front(self, seen: SeenRequest, body: bytes, now: float) -> bool:
+        """The SASL front's part: answer a login request here, or cut a request sent before
+        the login; False for a request that goes on to the broker."""
+        assert self._login is not None
+        api_key, version, correlation_id = seen
+        slot: asyncio.Future[_Answer] = self._loop.create_future()
+        if api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+            api = known_api(api_key)
+            assert api is not None
+            request = api.request.decode(body, version=version, header=True)
+            fields = self._login.answer(api_key, version, request)
+            payload = encode_response(api, api.response(version=version, **fields), version,
+                                      correlation_id)
+            slot.set_result(_Answer(now + self._proxy.latency, payload))
+        elif api_key == ApiKey.API_VERSIONS or self._login.allows():
+            return False
+        else:  # Kafka closes a connection that skips the login (or outlived its session)
+            log.debug("link %s: %r before a SASL login; cut", self._name, seen)
+            slot.set_result(_Answer(now, cut=True))
+        self._slots.put_nowait(slot)
+        return True
 
     async def _write_broker(self) -> None:
         while True:
@@ -265,7 +293,9 @@ class Link:
     def _rewrite(self, exchange: _Exchange, body: bytes) -> bytes:
         api_key, version, correlation_id = exchange.seen
         action = exchange.action
-        if not isinstance(action, RewriteError) and api_key not in _ADDRESSED:
+        sasl_versions = api_key == ApiKey.API_VERSIONS and self._login is not None
+        if not isinstance(action, RewriteError) and api_key not in _ADDRESSED \
+                and not sasl_versions:
             return frame(body)
         api = known_api(api_key)
         if api is None or version > api.response.max_version:
@@ -280,6 +310,8 @@ class Link:
         response = decode_response(api, version, body)
         if api_key in _ADDRESSED:
             point_at(api_key, response, self._proxy.host, self._proxy.port)
+        if sasl_versions and response.error_code == 0:
+            _offer_sasl(response)
         if isinstance(action, RewriteError):
             set_error_codes(response, version, action.code)
         return encode_response(api, response, version, correlation_id)
@@ -312,3 +344,14 @@ class Link:
         delay = when - self._loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
+
+
+def _offer_sasl(response: Any) -> None:
+    """Add SaslHandshake v0-1 and SaslAuthenticate v0-2 to an ApiVersions answer (the broker
+    behind a SASL front does not offer them itself)."""
+    entry = response.fields["api_keys"]
+    listed = {key.api_key for key in response.api_keys}
+    extra = [entry.data_class(api_key=key, min_version=0, max_version=top)
+             for key, top in ((ApiKey.SASL_HANDSHAKE, 1), (ApiKey.SASL_AUTHENTICATE, 2))
+             if key not in listed]
+    response.api_keys = sorted([*response.api_keys, *extra], key=lambda k: k.api_key)

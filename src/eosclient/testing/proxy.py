@@ -35,6 +35,12 @@ real cluster would. Other addresses are left alone (Produce/Fetch v10+/v16+ ``no
 sent with NOT_LEADER errors, which a single broker never returns). Unknown tagged fields of a
 rewritten response are not kept (kafka-python does not re-encode them).
 
+Security (:mod:`eosclient.testing.security`): with ``ssl_context`` the listener speaks TLS
+(the upstream stays plaintext), and with ``sasl`` every connection must log in first: the proxy
+answers SaslHandshake and SaslAuthenticate itself, adds them to the broker's ApiVersions, and
+cuts a connection that sends anything else before its login (as Kafka does). Rules and faults
+apply as before, to the requests that pass.
+
 Errors inside the loop (a broken frame, an undecodable response, a bug) are logged on the
 ``eosclient.testing.proxy`` logger and close the connection concerned, so a test sees a cut
 connection rather than a silent hang.
@@ -51,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import ssl
 import struct
 import threading
 from collections.abc import Coroutine
@@ -70,6 +77,7 @@ from eosclient.testing._proxy_rules import (
     Rule,
     RuleBook,
 )
+from eosclient.testing.security import SaslUsers
 
 __all__ = [
     "ERROR_RESPONSE_APIS",
@@ -104,6 +112,8 @@ class KafkaProxy:
         listen_host: the address to listen on, also the host named in rewritten metadata.
         listen_port: the port to listen on; 0 picks a free one.
         latency: seconds added to every frame in each direction (a round trip costs twice this).
+        ssl_context: a server-side context: the listener speaks TLS (a TLS front).
+        sasl: the users and mechanisms of a SASL login required on every connection.
 
     Usable as a context manager, which starts and closes it.
     """
@@ -116,8 +126,12 @@ class KafkaProxy:
         listen_host: str = "127.0.0.1",
         listen_port: int = 0,
         latency: float = 0.0,
+        ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslUsers | None = None,
     ) -> None:
         self._upstream = (upstream_host, upstream_port)
+        self._ssl = ssl_context
+        self.sasl = sasl
         self._listen = (listen_host, listen_port)
         self.latency = latency
         self._rules = RuleBook()
@@ -274,7 +288,8 @@ class KafkaProxy:
         asyncio.set_event_loop(loop)
         try:
             host, port = self._listen
-            self._server = loop.run_until_complete(asyncio.start_server(self._accept, host, port))
+            self._server = loop.run_until_complete(
+                asyncio.start_server(self._accept, host, port, ssl=self._ssl))
         except BaseException as exc:
             ready.set_exception(exc)
             loop.close()
