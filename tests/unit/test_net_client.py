@@ -430,7 +430,7 @@ def test_an_oversized_metadata_answer_fails_its_request_with_the_typed_error(fak
     refused, cut = (a.error for a in answers)
     assert isinstance(refused, ResponseTooLargeError) and refused.api == ApiKey.METADATA
     assert refused.size > refused.limit == LIMIT and refused.node == -1
-    assert client.refused is refused
+    assert client.fatal is refused
     assert isinstance(cut, KafkaConnectionError) and cut.__cause__ is refused  # outcome unknown
     client.close()
 
@@ -447,7 +447,7 @@ def test_an_oversized_fetch_answer_stays_the_fetchers_to_adapt_to(fake: Any) -> 
     (answer,) = run(client, 1)
     assert isinstance(answer.error, KafkaConnectionError)
     assert isinstance(answer.error.__cause__, ResponseTooLargeError)
-    assert client.refused is None
+    assert client.fatal is None
     client.close()
 
 

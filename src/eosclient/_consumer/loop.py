@@ -31,7 +31,7 @@ from typing import Concatenate, Final, ParamSpec, Protocol, TypeVar
 
 from eosclient._net.client import Answer, NetworkClient
 from eosclient._net.io_thread import IoThread, stopped_error
-from eosclient.errors import AuthenticationError, EosError, KafkaTimeoutError
+from eosclient.errors import EosError, KafkaTimeoutError
 
 __all__ = ["Driver", "IoLoop", "serialized"]
 
@@ -100,7 +100,6 @@ class IoLoop(IoThread):
         """
         woken = False
         while not ready():
-            self.check_refused()
             check()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -117,12 +116,10 @@ class IoLoop(IoThread):
         Raises:
             AuthenticationError: a connection could not be authenticated; close, fix settings.
             FatalError: the thread crashed; the consumer can only be closed.
-            ResponseTooLargeError: a non-Fetch answer was over ``receive.message.max.bytes``
-                (see :meth:`check_refused`).
+            ResponseTooLargeError: a non-Fetch answer was over ``receive.message.max.bytes``.
         """
         if self.crashed is not None:
             raise stopped_error(self.crashed, "consumer")
-        self.check_refused()
 
     def _run(self) -> None:
         answers: list[Answer] = []
@@ -135,7 +132,7 @@ class IoLoop(IoThread):
                     return
                 answers = self.client.poll(timeout)
         except BaseException as exc:  # a bug: make every caller see it rather than hang
-            if not isinstance(exc, AuthenticationError):  # that one the client logged
+            if exc is not self.client.fatal:  # that one the network client logged
                 log.exception("the consumer's I/O thread crashed")
             with self.lock:
                 self.crashed = exc

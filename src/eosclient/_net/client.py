@@ -30,9 +30,9 @@ An answer over ``receive.message.max.bytes`` closes its connection before it is 
 answer is the fetcher's to adapt to (it asks for less). Any other request answered that way fails
 with the :class:`~eosclient.errors.ResponseTooLargeError` itself, at once rather than after some
 retries: nothing the client can ask makes a Metadata or group answer smaller, and retried it
-stalled every call waiting on it, silently, until its timeout. The first such error is kept as
-:attr:`NetworkClient.refused` (and logged at WARNING); the I/O threads raise it from every
-blocking call (``check_refused``), so the caller learns the cause and the setting to raise.
+stalled every call waiting on it, silently, until its timeout. The client cannot go on without
+a larger setting, so the error becomes :attr:`NetworkClient.fatal` (below), logged at WARNING
+with the setting to raise.
 
 Other threads only ever call :meth:`NetworkClient.wakeup`, which writes a byte to a socketpair the
 selector watches, so an application call is acted on at once instead of at the next timer.
@@ -48,8 +48,11 @@ Security: TLS and SASL are set up per connection by :mod:`eosclient._net.node` f
 :class:`~eosclient._net.security.Security` made here at construction (so a certificate that
 cannot be loaded is a ConfigError then). A connection that fails to authenticate (a refused
 SASL login, a certificate that fails verification) is not retried: :attr:`NetworkClient.fatal`
-keeps its :class:`~eosclient.errors.AuthenticationError`, logged once at ERROR, and the owner's
-I/O thread stops on it, so every blocking call raises it at once instead of timing out.
+keeps its :class:`~eosclient.errors.AuthenticationError`, logged once at ERROR.
+
+:attr:`NetworkClient.fatal` is the one place a client-wide failure that no retry can mend is
+kept (a refused login, a non-Fetch answer too large to read); the owner's I/O thread stops on
+it, so every blocking call raises it at once, as itself, instead of timing out.
 
 Metadata (:class:`~eosclient._net.metadata.Metadata`) is shared with the owner's application
 threads and, like everything they share, is read and written only under the owner's lock.
@@ -105,8 +108,8 @@ class NetworkClient:
     ) -> None:
         self._config = config
         self._security = security_for(config)
-        #: Why this client cannot go on: a connection could not be authenticated.
-        self.fatal: AuthenticationError | None = None
+        #: Why this client cannot go on (the module docstring): set once, never cleared.
+        self.fatal: AuthenticationError | ResponseTooLargeError | None = None
         self._clock = clock
         self._request_timeout = config.request_timeout_ms / 1000
         self._setup_timeout = config.socket_connection_setup_timeout_ms / 1000
@@ -130,7 +133,6 @@ class NetworkClient:
             end.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self.closed = False
-        self.refused: ResponseTooLargeError | None = None  # the first non-Fetch answer too large
 
     # -- any thread ----------------------------------------------------------------------------
 
@@ -314,8 +316,8 @@ class NetworkClient:
     def _after(self, conn: NodeConnection, now: float) -> None:
         """Collect ``conn``'s answers and keep the selector in step with what it waits for."""
         self._answers.extend(conn.take_answers())
-        if conn.refused is not None and self.refused is None:
-            self.refused = conn.refused
+        if conn.refused is not None and self.fatal is None:
+            self.fatal = conn.refused
             log.warning("node %d (%s:%d): %s; every call waiting on it fails with "
                         "ResponseTooLargeError (raise receive.message.max.bytes above %d)",
                         conn.node_id, *conn.address, conn.refused, conn.refused.size)

@@ -11,7 +11,13 @@ import copy
 import threading
 
 from eosclient._net.client import NetworkClient
-from eosclient.errors import AuthenticationError, EosError, FatalError, IllegalStateError
+from eosclient.errors import (
+    AuthenticationError,
+    EosError,
+    FatalError,
+    IllegalStateError,
+    ResponseTooLargeError,
+)
 
 __all__ = ["IoThread", "refuse_to_block", "stopped_error"]
 
@@ -44,11 +50,12 @@ def refuse_to_block(what: str, timeout: float | None) -> None:
 def stopped_error(crashed: BaseException, who: str) -> EosError:
     """The error each blocking call raises once the I/O thread stopped on ``crashed``.
 
-    An :class:`AuthenticationError` (the client cannot log in) is raised as itself, a fresh
-    copy each time with the same cause (the TLS error, say), so the application catches the
-    type it documents; anything else is a bug, a FatalError chained from it.
+    A client-wide failure the network client kept (:attr:`NetworkClient.fatal`: a refused
+    login, an answer too large to read) is raised as itself, a fresh copy each time with the
+    same cause (the TLS error, say), so the application catches the type it documents;
+    anything else is a bug, a FatalError chained from it.
     """
-    if isinstance(crashed, AuthenticationError):
+    if isinstance(crashed, (AuthenticationError, ResponseTooLargeError)):
         again = copy.copy(crashed)
         again.__cause__ = crashed.__cause__
         return again
@@ -101,20 +108,6 @@ class IoThread:
         if self._thread.is_alive():
             self._thread.join(timeout)
         return not self._thread.is_alive()
-
-    def check_refused(self) -> None:
-        """Raise if a broker answered a non-Fetch request with more than
-        ``receive.message.max.bytes`` (call under the lock; every blocking call does).
-
-        Raises:
-            ResponseTooLargeError: a fresh copy of the first such error (a FatalError: close the
-                client and raise the setting above its ``size``); the client is unchanged.
-        """
-        refused = self.client.refused
-        if refused is not None:
-            again = copy.copy(refused)
-            again.__cause__ = refused.__cause__
-            raise again.with_traceback(None)
 
     def in_io_thread(self) -> bool:
         """Whether the caller is the I/O thread (e.g. a callback it runs)."""

@@ -55,7 +55,7 @@ from eosclient._net.io_thread import IoThread, stopped_error
 from eosclient._producer.produce import ProduceLane
 from eosclient._producer.results import DeliveryFuture, publish
 from eosclient.config import ProducerConfig
-from eosclient.errors import AuthenticationError, EosError, IllegalStateError
+from eosclient.errors import EosError, IllegalStateError
 
 __all__ = ["Sender"]
 
@@ -118,12 +118,10 @@ class Sender(IoThread):
         Raises:
             AuthenticationError: a connection could not be authenticated; close, fix settings.
             FatalError: the thread crashed; the producer can only be closed.
-            ResponseTooLargeError: a non-Fetch answer was over ``receive.message.max.bytes``
-                (see :meth:`check_refused`).
+            ResponseTooLargeError: a non-Fetch answer was over ``receive.message.max.bytes``.
         """
         if self.crashed is not None:
             raise stopped_error(self.crashed, "producer")
-        self.check_refused()
 
     def broker_gone(self, now: float) -> bool:
         """Whether no broker has been reachable for a while: every connect failed, through
@@ -159,10 +157,9 @@ class Sender(IoThread):
                 if timeout is None:
                     return
                 answers = self.client.poll(timeout)
-        except AuthenticationError as exc:  # logged by the network client; nothing to retry
-            self._crash(exc)
         except BaseException as exc:  # a bug: fail everything rather than hang the callers
-            log.exception("the producer's I/O thread crashed")
+            if exc is not self.client.fatal:  # that one the network client logged
+                log.exception("the producer's I/O thread crashed")
             self._crash(exc)
 
     def _iterate(self, answers: list[Answer]) -> float | None:
