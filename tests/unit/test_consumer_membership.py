@@ -372,3 +372,16 @@ def test_a_replaced_static_member_is_fenced(kind: str) -> None:
         m.on_response(join, joined(), 0.0)
         m.on_response(one(m.poll(0.0, counts), "sync"), synced([], code=82), 0.0)
     assert m.state is State.FAILED and isinstance(m.error, FencedError) and m.error.code == 82
+
+
+def test_a_heartbeat_answer_read_after_a_long_pause_does_not_renew_the_session() -> None:
+    # Used to break: the answer to a heartbeat sent just before the process was stopped sat in
+    # the socket; read on resume it set "heard at" to now, so the member kept its generation and
+    # its partitions although the group had moved on during the pause (Tansu then let two
+    # members commit the same input: duplicates). Alive since the heartbeat was *sent*.
+    m, _ = stable()
+    beat_sent = one(m.poll(1.0, counts), "heartbeat")
+    m.on_response(beat_sent, beat(), 20.0)  # the process was stopped from 1 s to 20 s
+    assert not m.in_generation(20.0)
+    m.poll(20.0, counts)
+    assert m.state is State.REVOKING and m.generation == -1

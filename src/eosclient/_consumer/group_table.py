@@ -82,12 +82,14 @@ class Send:
         kind: ``"find"``, ``"join"``, ``"sync"``, ``"heartbeat"`` or ``"leave"``.
         attempt: The join attempt it belongs to; answers to an older one are ignored.
         timeout: Its request timeout in seconds, or None for ``request.timeout.ms``.
+        at: When it was made (what a heartbeat's answer proves the session alive since).
     """
 
     request: Any
     kind: str
     attempt: int
     timeout: float | None = None
+    at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,7 +176,8 @@ class Membership:
             self._heartbeat_in_flight = True
             self._outbox.append(Send(wire.heartbeat(
                 self.settings.group_id, self.generation, self.member_id,
-                group_instance_id=self.settings.group_instance_id), "heartbeat", self.attempt))
+                group_instance_id=self.settings.group_instance_id), "heartbeat", self.attempt,
+                at=now))
         out, self._outbox = self._outbox, []
         return out
 
@@ -252,7 +253,10 @@ class Membership:
         if sent.attempt != self.attempt:
             return
         if not code:
-            self._heard_at = now
+            # Alive when the heartbeat was sent, not when its answer is read: an answer read
+            # by a process resumed from a long pause (it waited in the socket) says nothing of
+            # the time the process was stopped, and the session may have run out meanwhile.
+            self._heard_at = max(self._heard_at, sent.at)
         elif self.state in _HEARTBEATING:
             self._on_error(ApiKey.HEARTBEAT, code, now)
 
