@@ -348,17 +348,18 @@ def test_a_static_member_resumed_after_a_long_pause_is_the_one_fenced(timer: str
     # member that had taken its place meanwhile; both processes ended dead.
     m, _ = stable(settings=STATIC)
     if timer == "session":  # the process was stopped: nothing answered, nothing polled
-        m.poll(10.5, counts)
+        now = 10.5
     else:
         for t in range(1, 60):
             m.on_response(one(m.poll(float(t), counts), "heartbeat"), beat(), float(t))
-        m.poll(60.0, counts)
+        now = 60.0
+    m.poll(now, counts)
     assert m.state is State.REVOKING
-    m.revoked(61.0)
-    found(m, 61.0)
-    join = one(m.poll(61.0, counts), "join")
+    m.revoked(now)
+    found(m, now)
+    join = one(m.poll(now, counts), "join")
     assert (join.request.member_id, join.request.group_instance_id) == ("m1", "i-1")
-    m.on_response(join, joined(code=82), 61.0)  # the coordinator fences the old process
+    m.on_response(join, joined(code=82), now)  # the coordinator fences the old process
     assert m.state is State.FAILED and isinstance(m.error, FencedError)
 
 
@@ -385,3 +386,21 @@ def test_a_heartbeat_answer_read_after_a_long_pause_does_not_renew_the_session()
     assert not m.in_generation(20.0)
     m.poll(20.0, counts)
     assert m.state is State.REVOKING and m.generation == -1
+
+
+@pytest.mark.parametrize("state", [State.JOINING, State.SYNCING])
+def test_a_join_answered_while_the_process_was_stopped_is_not_trusted(state: State) -> None:
+    # Used to break: a JoinGroup (or SyncGroup) sent just before a SIGSTOP was answered while
+    # the process was stopped; read on resume, it installed an assignment of a generation the
+    # group had left meanwhile (Tansu answered the SyncGroup of it anyway), and two members
+    # owned the same partitions. A driver that did not run for a session joins again.
+    m, join = joining()
+    sent = join
+    if state is State.SYNCING:
+        m.on_response(join, joined(member="m2", leader="m1"), 0.5)
+        sent = one(m.poll(0.5, counts), "sync")
+    m.on_response(sent, joined() if state is State.JOINING else synced([TP("t", 0)]), 30.0)
+    assert m.state is State.JOINING and m.generation == -1 and not m.assignment
+    found(m, 30.0)
+    again = one(m.poll(30.0, counts), "join")
+    assert again.attempt > sent.attempt and again.request.member_id == m.member_id

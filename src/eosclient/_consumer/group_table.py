@@ -39,7 +39,8 @@ class Input(enum.Enum):
     RECV_SYNCED = "SyncGroup answered with the assignment"
     RECV_REJOIN = "the group moved on (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, ...)"
     RECV_FATAL = "a fatal error code"
-    TIMER_EXPIRED = "the session or the poll interval ran out"
+    TIMER_EXPIRED = "the session or the poll interval ran out, or the process was stopped for a "\
+        "session"
     META_CHANGED = "a partition count the leader assigned from has changed"
 
 
@@ -54,8 +55,10 @@ TABLE: Final[Mapping[tuple[State, Input], State]] = {
     (S.REVOKING, In.CALL_SUBSCRIBE): S.REVOKING,
     (S.JOINING, In.RECV_JOINED): S.SYNCING,
     (S.JOINING, In.RECV_REJOIN): S.JOINING,
+    (S.JOINING, In.TIMER_EXPIRED): S.JOINING,
     (S.SYNCING, In.RECV_SYNCED): S.ASSIGNING,
     (S.SYNCING, In.RECV_REJOIN): S.JOINING,
+    (S.SYNCING, In.TIMER_EXPIRED): S.JOINING,
     (S.ASSIGNING, In.CALL_ASSIGNED): S.STABLE,
     (S.ASSIGNING, In.RECV_REJOIN): S.JOINING,
     (S.ASSIGNING, In.TIMER_EXPIRED): S.JOINING,

@@ -119,6 +119,7 @@ class Membership:
         self._heartbeat_in_flight = False
         self._heard_at = 0.0  # the last heartbeat answer (or sync) that kept the session alive
         self._polled_at = 0.0
+        self._ran_at: float | None = None  # the driver's last call: a gap means a stopped process
 
     # -- the application (under the consumer's lock) ----------------------------------------------
 
@@ -158,7 +159,9 @@ class Membership:
         neither the session nor the poll interval has run out, even if the I/O thread has not
         noticed yet (a process resumed after a long pause reads its clock before its I/O thread
         gets to check it)."""
-        return (self.has_generation() and now < self._heard_at + self.settings.session_timeout
+        session = self.settings.session_timeout
+        return (self.has_generation() and now < self._heard_at + session
+                and self._ran_at is not None and now < self._ran_at + session
                 and now < self._polled_at + self.settings.rebalance_timeout)
 
     # -- the driver -----------------------------------------------------------------------------
@@ -166,6 +169,7 @@ class Membership:
     def poll(self, now: float, counts: Counts) -> list[Send]:
         """The requests due now, after checking the timers (FindCoordinator is the driver's:
         :attr:`lookup`)."""
+        self._check_stopped(now)
         self._check_timers(now, counts)
         if self.state is State.JOINING and not self._waiting and now >= self._step_at \
                 and self.lookup.node is not None:
@@ -204,6 +208,7 @@ class Membership:
 
     def on_response(self, sent: Send, response: Any, now: float) -> None:
         """Read the answer to ``sent``."""
+        self._check_stopped(now)
         if sent.kind == "heartbeat":
             self._on_heartbeat(sent, response.error_code, now)
         elif sent.attempt == self.attempt and sent.kind in ("join", "sync"):
@@ -215,6 +220,7 @@ class Membership:
 
     def on_failure(self, sent: Send, error: EosError, now: float) -> None:
         """``sent`` got no answer (connection cut, timeout): find the coordinator again."""
+        self._check_stopped(now)
         self.lookup.lost(now)
         if sent.kind == "heartbeat":
             self._heartbeat_in_flight = False
@@ -369,6 +375,23 @@ class Membership:
                 and self.lookup.node is not None and not self._heartbeat_in_flight
                 and now >= self._heartbeat_at)
 
+    def _check_stopped(self, now: float) -> None:
+        """A driver that did not run for a whole session was stopped (SIGSTOP, a paused VM, a
+        starved machine): every answer read now may be from before, and the coordinator may
+        have formed generations without this member meanwhile. A lax one (Tansu) still
+        answered a JoinGroup sent before the stop, and then the SyncGroup of that generation
+        with its assignment, though the group had moved on: two members owned the same
+        partitions. So everything in flight is dropped and the member joins again (keeping
+        its member id: the coordinator decides)."""
+        ran_at, self._ran_at = self._ran_at, now
+        if ran_at is None or now - ran_at < self.settings.session_timeout:
+            return
+        if self.state in (State.JOINING, State.SYNCING, State.ASSIGNING, State.STABLE,
+                          State.REVOKING):
+            self.generation = -1
+            self.lookup.lost(now)
+            self._transition(Input.TIMER_EXPIRED, now)
+
     def _check_timers(self, now: float, counts: Counts) -> None:
         if self.generation < 0 or self.state not in (State.ASSIGNING, State.STABLE):
             return
@@ -409,7 +432,7 @@ class Membership:
         if cause is Input.CALL_LEAVE and previous is not State.UNJOINED and self.member_id:
             self._send_leave()
         fresh = (target is State.UNJOINED or previous is not State.JOINING
-                 or cause is Input.CALL_SUBSCRIBE)
+                 or cause in (Input.CALL_SUBSCRIBE, Input.TIMER_EXPIRED))
         if target in (State.JOINING, State.UNJOINED) and fresh:
             self.attempt += 1  # answers to what was sent before are stale from now on
             self._waiting = False
