@@ -393,7 +393,8 @@ class TransactionalProducer:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise KafkaTimeoutError(f"flush(): records still pending after "
-                                                f"{seconds:g} s; they stay queued")
+                                                f"{seconds:g} s; they stay queued"
+                                                ) from self._sender.client.connect_failure
                     self._changed.wait(remaining)
             finally:
                 self._sender.flushing -= 1
@@ -462,7 +463,8 @@ class TransactionalProducer:
             KafkaTimeoutError: closing, and no broker has been reachable for a while.
         """
         if self._closing and self._sender.broker_gone(time.monotonic()):
-            raise KafkaTimeoutError(f"close(): {what} cannot finish, no broker is reachable")
+            raise KafkaTimeoutError(f"close(): {what} cannot finish, no broker is reachable"
+                                    ) from self._sender.client.connect_failure
 
     def _blocking(self, call: Any, timeout: float | None) -> None:
         """Run a core call that returns a Completion, and wait for it (under the lock)."""
@@ -482,7 +484,8 @@ class TransactionalProducer:
             remaining = deadline + _GRACE - time.monotonic()
             if remaining <= 0:
                 raise KafkaTimeoutError(f"{completion.call.value}: the deadline passed; the "
-                                        f"work goes on, call again to resume")
+                                        f"work goes on, call again to resume"
+                                        ) from self._sender.client.connect_failure
             self._changed.wait(remaining)
         completion.result()
 

@@ -10,8 +10,9 @@ under its own lock.
 
 Setup is a fixed sequence of phases; a request sent before READY waits in a queue::
 
-    WAITING --(backoff over)--> CONNECTING --(TCP up)--> [TLS] --> HANDSHAKE --(ApiVersions)-->
-        [SASL] --> READY --(KIP-368 session nearly over)--> DRAINING --(nothing in flight)--> SASL
+    WAITING --(backoff over)--> RESOLVING --(addresses)--> CONNECTING --(TCP up)--> [TLS] -->
+        HANDSHAKE --(ApiVersions)--> [SASL] --> READY --(KIP-368 session nearly over)-->
+        DRAINING --(nothing in flight)--> SASL
 
 The bracketed phases run only when :class:`~eosclient._net.security.Security` asks for them,
 and :meth:`NodeConnection._advance` is the one place that moves between phases: everything
@@ -34,9 +35,14 @@ outside this module only sees READY or a failure.
   flight are answered, then the SASL phase runs again on the same socket and the queue goes
   out. Nothing is cut, so no request's outcome becomes unknown.
 
-Host names are resolved (``getaddrinfo``) in :meth:`NodeConnection.start`, which only the loop's
-:meth:`~NodeConnection.expire` calls, from ``NetworkClient.poll()``, outside the owner's lock: a
-slow resolver must never hold up the application's calls.
+* **Addresses**: the host name is looked up on a resolver thread
+  (:mod:`eosclient._net.resolver`; ``getaddrinfo`` blocks, and a slow resolver must stall
+  neither the application's calls nor the other connections' heartbeats). RESOLVING waits for
+  that future, and :meth:`~NodeConnection.expire` (woken by the resolver) takes its result.
+  CONNECTING then tries every address it gave (IPv6 and IPv4, in ``getaddrinfo``'s order), one
+  at a time, the next as soon as one fails (refused, unreachable); the attempt fails only when
+  all have, with an error naming each address and its OS error (the last ``OSError`` its
+  ``__cause__``). ``setup_timeout`` covers the lookup, every address tried, and the handshakes.
 
 Deadlines: setup (connect plus handshake) has ``setup_timeout``; each request has its own timeout
 from the moment it is written. A request that times out fails with
@@ -54,15 +60,18 @@ from __future__ import annotations
 import enum
 import errno
 import logging
+import os
 import random
 import selectors
 import socket
 import ssl
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from eosclient._net.resolver import Address, resolve
 from eosclient._net.security import PLAINTEXT, Security
 from eosclient._protocol.connection import Connection, Reply
 from eosclient._protocol.framing import DEFAULT_MAX_FRAME_SIZE
@@ -93,6 +102,7 @@ class Phase(enum.Enum):
     """Where a connection is in its life."""
 
     WAITING = "waiting for the reconnect backoff to pass"
+    RESOLVING = "looking the host name up"
     CONNECTING = "TCP connect in progress"
     TLS = "TLS handshake in progress"
     HANDSHAKE = "ApiVersions sent"
@@ -167,6 +177,9 @@ class NodeConnection:
             be asked for, so retrying would only stall whoever waits on it.
         security: TLS and SASL (:func:`~eosclient._net.security.security_for`); plaintext by
             default.
+        lookup: Starts the host-name lookup, ``lookup(host, port)``; by default
+            :func:`~eosclient._net.resolver.resolve`, waking nobody (the network client passes
+            one that wakes its selector).
     """
 
     def __init__(
@@ -179,6 +192,7 @@ class NodeConnection:
         start_at: float,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         security: Security = PLAINTEXT,
+        lookup: Callable[[str, int], Future[list[Address]]] | None = None,
     ) -> None:
         self.node_id = node_id
         self.address = address
@@ -186,6 +200,7 @@ class NodeConnection:
         self.start_at = start_at
         self.was_ready = False  # the handshake completed once (a failed connect: it never did)
         self.failure: EosError | None = None  # why it closed, once CLOSED
+        self.reason = ""  # the failure's words without the node's name (for the client's log)
         self.refused: ResponseTooLargeError | None = None  # a non-Fetch answer over the limit
         self.protocol = Connection(client_id, max_frame_size=max_frame_size)
         self.sock: socket.socket | None = None
@@ -196,6 +211,11 @@ class NodeConnection:
         self._out = _Buffer()
         self._answers: list[Answer] = []
         self._security = security
+        self._lookup = lookup or (lambda host, port: resolve(host, port, _nobody))
+        self._addresses: Future[list[Address]] | None = None  # the lookup, while RESOLVING
+        self._untried: deque[Address] = deque()  # addresses left to try while CONNECTING
+        self._tried: list[tuple[Address, OSError]] = []  # addresses that failed, and why
+        self.peer: Address | None = None  # the address connected to (or being tried)
         self._tls_wants = selectors.EVENT_WRITE  # the event the TLS handshake waits for
         self._login: SaslLogin | None = None
         self._relogin_at = float("inf")
@@ -253,25 +273,68 @@ class NodeConnection:
             self._queued.append(pending)
 
     def start(self, now: float) -> None:
-        """Begin the non-blocking connect (the loop calls this once ``start_at`` passed)."""
+        """Begin: look the host name up (the loop calls this once ``start_at`` passed)."""
         self._setup_deadline = now + self._setup_timeout
-        self.phase = Phase.CONNECTING
+        self.phase = Phase.RESOLVING
+        self._addresses = self._lookup(*self.address)
+        self._resolved(now)  # a lookup that answered at once (a literal address, a test's)
+
+    def _resolved(self, now: float) -> None:
+        """Once the lookup is done, start connecting to its first address."""
+        lookup = self._addresses
+        if lookup is None or not lookup.done():
+            return
+        self._addresses = None
         try:
-            family, kind, proto, _, target = socket.getaddrinfo(
-                *self.address, type=socket.SOCK_STREAM)[0]
-            self.sock = socket.socket(family, kind, proto)
-            self.sock.setblocking(False)
-            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            code = self.sock.connect_ex(target)
+            self._untried = deque(lookup.result())
         except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode
             # (an empty label, one over 63 characters) from a broker's Metadata: a failed
             # connect like any other, not a crash of the I/O thread.
-            self.close(_cut(self, f"cannot connect: {exc}", exc))
+            self.close(_cut(self, f"cannot resolve the host name: {exc}", exc))
             return
-        if code == 0:
-            self._advance(now)
-        elif code not in _IN_PROGRESS:
-            self.close(_cut(self, f"cannot connect: {errno.errorcode.get(code, code)}"))
+        self.phase = Phase.CONNECTING
+        self._connect_next(now)
+
+    def _connect_next(self, now: float) -> None:
+        """Start a non-blocking connect to the next address untried; fail when none is left."""
+        while self._untried:
+            self.peer = peer = self._untried.popleft()
+            try:
+                self.sock = socket.socket(peer.family, peer.type, peer.proto)
+                self.sock.setblocking(False)
+                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                code = self.sock.connect_ex(peer.sockaddr)
+            except OSError as exc:  # e.g. no IPv6 on this host: EAFNOSUPPORT
+                self._failed_address(exc)
+                continue
+            if code == 0:
+                self._advance(now)
+                return
+            if code in _IN_PROGRESS:
+                return  # on_writable says how it went
+            self._failed_address(_os_error(code))
+        last = self._tried[-1][1] if self._tried else None
+        self.close(_cut(self, f"every address failed: {self.tried or 'none given'}", last))
+
+    @property
+    def tried(self) -> str:
+        """Each address that refused this attempt, and its OS error ("" if none did)."""
+        return ", ".join(f"{peer}: {exc}" for peer, exc in self._tried)
+
+    def _where(self) -> str:
+        """The addresses a setup timeout met: the one being tried, the ones that failed."""
+        where = f" to {self.peer}" if self.phase is Phase.CONNECTING else ""
+        return f"{where}; failed before: {self.tried}" if self._tried else where
+
+    def _failed_address(self, exc: OSError) -> None:
+        assert self.peer is not None
+        self._tried.append((self.peer, exc))
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self._untried:
+            log.info("node %d (%s:%d): %s failed (%s); trying %s", self.node_id, *self.address,
+                     self.peer, exc, self._untried[0])
 
     def on_writable(self, now: float) -> None:
         """The socket can take bytes (or the connect finished)."""
@@ -279,7 +342,8 @@ class NodeConnection:
             assert self.sock is not None
             code = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if code != 0:
-                self.close(_cut(self, f"cannot connect: {errno.errorcode.get(code, code)}"))
+                self._failed_address(_os_error(code))
+                self._connect_next(now)
                 return
             self._advance(now)
         elif self.phase is Phase.TLS:
@@ -292,6 +356,8 @@ class NodeConnection:
         if self.phase is Phase.TLS:
             self._tls_step(now)
             return
+        if self.phase is Phase.CONNECTING:  # a failed connect is writable too: on_writable
+            return  # read its error and may have moved on to the next address's socket
         sock = self.sock
         tls = isinstance(sock, ssl.SSLSocket)
         while sock is not None and self.phase is not Phase.CLOSED:
@@ -324,9 +390,11 @@ class NodeConnection:
             if now >= self.start_at:
                 self.start(now)
             return
+        if self.phase is Phase.RESOLVING:
+            self._resolved(now)
         if self.phase in _SETUP and now >= self._setup_deadline:
             self.close(_cut(self, f"setup did not finish in {self._setup_timeout:g} s "
-                                  f"({self.phase.value})"))
+                                  f"({self.phase.value}{self._where()})"))
             return
         if self.phase is Phase.READY and now >= self._relogin_at:
             self.phase = Phase.DRAINING  # requests queue; the ones in flight finish first
@@ -350,6 +418,9 @@ class NodeConnection:
         self.was_ready = self.was_ready or self.phase in (Phase.READY, Phase.DRAINING)
         self.failure = error
         self.phase = Phase.CLOSED
+        if self._addresses is not None:  # a lookup still running: its answer is dropped
+            self._addresses.cancel()
+            self._addresses = None
         if self.sock is not None:
             self.sock.close()
         failure = error or KafkaConnectionError(f"node {self.node_id}: connection closed")
@@ -544,7 +615,16 @@ class NodeConnection:
                                     pending.on_done, pending.version))
 
 
-_SETUP = frozenset({Phase.CONNECTING, Phase.TLS, Phase.HANDSHAKE, Phase.SASL})
+_SETUP = frozenset({Phase.RESOLVING, Phase.CONNECTING, Phase.TLS, Phase.HANDSHAKE, Phase.SASL})
+
+
+def _nobody() -> None:
+    """The wake of a connection no selector loop drives (a test's)."""
+
+
+def _os_error(code: int) -> OSError:
+    """The OSError of an errno (``OSError(ECONNREFUSED, ...)`` is a ConnectionRefusedError)."""
+    return OSError(code, os.strerror(code))
 
 
 def is_authentication_failure(error: BaseException | None) -> bool:
@@ -561,6 +641,7 @@ def _never_sent(failure: EosError, api: int) -> EosError:
 
 def _cut(conn: NodeConnection, why: str, cause: BaseException | None = None) -> EosError:
     host, port = conn.address
+    conn.reason = why
     error = KafkaConnectionError(f"node {conn.node_id} ({host}:{port}): {why}")
     error.__cause__ = cause
     return error

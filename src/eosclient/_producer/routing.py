@@ -233,6 +233,7 @@ class Router:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise KafkaTimeoutError(f"topic {topic!r} not in the metadata after "
-                                        f"max.block.ms ({self._max_block * 1000:g} ms)")
+                                        f"max.block.ms ({self._max_block * 1000:g} ms)"
+                                        ) from self._sender.client.connect_failure
             self._sender.changed.wait(remaining)
         return count
