@@ -20,7 +20,9 @@ from eosclient import ReadCommittedConsumer, TopicMetadata, TransactionalProduce
 from eosclient._consumer import protocol as wire
 from eosclient._core.types import TopicPartition
 from eosclient._net.client import Answer, NetworkClient
+from eosclient._net.node import NodeConnection
 from eosclient._protocol.apis import APIS, api_for
+from eosclient._protocol.connection import Reply
 from eosclient._protocol.framing import FrameDecoder
 from eosclient.config import ClientConfig
 from eosclient.errors import (
@@ -678,3 +680,50 @@ def test_a_timeout_while_no_broker_can_be_reached_is_chained_from_why(
         assert isinstance(raised.value.__cause__.__cause__, ConnectionRefusedError)
     finally:
         consumer.close(1)
+
+
+# -- KIP-219 throttling ----------------------------------------------------------------------
+
+
+def throttled_metadata(millis: int) -> Any:
+    response = metadata_response(0)
+    response.throttle_time_ms = millis
+    return response
+
+
+def test_a_throttled_answer_holds_the_next_request_to_that_node(fake: Any) -> None:
+    # throttle_time_ms was ignored: the next request went out at once, to a broker that (KIP-219)
+    # mutes the connection after answering, so its timeout ran while the broker ignored it.
+    arrived: list[float] = []
+
+    def script(key: ApiKey, request: Any) -> Any:
+        arrived.append(time.monotonic())
+        return throttled_metadata(400 if len(arrived) == 1 else 0)
+
+    client = client_for(fake(script).port)
+    client.send(None, metadata_request(), lambda answer: None)
+    [first] = run(client, 1)
+    answered = time.monotonic()
+    assert first.error is None and first.version >= 6
+    client.send(-1, metadata_request(), lambda answer: None)
+    client.send(-1, metadata_request(), lambda answer: None)  # behind it, in order
+    assert client.in_flight(-1) == 2
+    answers = run(client, 2)
+    assert [a.error for a in answers] == [None, None]
+    assert len(arrived) == 3 and arrived[1] - answered >= 0.35  # held until the throttle passed
+    client.send(-1, metadata_request(), lambda answer: None)  # no throttle now: at once
+    started = time.monotonic()
+    [fourth] = run(client, 1)
+    assert fourth.error is None and time.monotonic() - started < 0.3
+    client.close()
+
+
+def test_a_throttle_before_kip_219_versions_was_served_by_the_broker() -> None:
+    # Before KIP-219 (Metadata below v6) the broker delayed the answer itself: no second wait.
+    conn = NodeConnection(1, ("127.0.0.1", 9092), client_id="c", setup_timeout=1.0,
+                          start_at=0.0)
+    request = metadata_request()
+    conn._note_throttle(Reply(1, 5, request, throttled_metadata(5_000)), 100.0)
+    assert conn.throttled_until == float("-inf")
+    conn._note_throttle(Reply(2, 6, request, throttled_metadata(5_000)), 100.0)
+    assert conn.throttled_until == 105.0

@@ -44,6 +44,15 @@ outside this module only sees READY or a failure.
   all have, with an error naming each address and its OS error (the last ``OSError`` its
   ``__cause__``). ``setup_timeout`` covers the lookup, every address tried, and the handshakes.
 
+Throttling (KIP-219): a broker over a quota answers at once with ``throttle_time_ms`` > 0 and
+then stops reading from the connection for that long; a client that writes meanwhile only fills
+the broker's buffers, and its requests' timeouts run while the broker ignores them. So an
+answer carrying it (at a version where the broker throttles after answering; before KIP-219 it
+held the answer back itself, and waiting again would double the penalty) makes the connection
+hold new requests in its queue, in order, until the time has passed (:attr:`throttled_until`);
+:meth:`~NodeConnection.expire` writes them then. Requests in flight are not affected. This is
+the one place throttling is honoured: everything above only sees a request answered later.
+
 Deadlines: setup (connect plus handshake) has ``setup_timeout``; each request has its own timeout
 from the moment it is written. A request that times out fails with
 :class:`~eosclient.errors.KafkaTimeoutError` and the connection is closed (a late answer would
@@ -96,6 +105,17 @@ _READ_SIZE = 256 * 1024
 _IN_PROGRESS = frozenset({errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY})
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 _RELOGIN_WINDOW = (0.85, 0.95)  # of a KIP-368 session lifetime, as Java re-authenticates
+# KIP-219: the first version of each API whose throttle_time_ms the broker enforces by muting the
+# connection after answering (Java's shouldClientThrottle); APIs born after it, from v0.
+_THROTTLES_FROM: dict[int, int] = {
+    ApiKey.PRODUCE: 6, ApiKey.FETCH: 8, ApiKey.LIST_OFFSETS: 3, ApiKey.METADATA: 6,
+    ApiKey.OFFSET_COMMIT: 4, ApiKey.OFFSET_FETCH: 4, ApiKey.FIND_COORDINATOR: 2,
+    ApiKey.JOIN_GROUP: 3, ApiKey.HEARTBEAT: 2, ApiKey.LEAVE_GROUP: 2, ApiKey.SYNC_GROUP: 2,
+    ApiKey.DESCRIBE_GROUPS: 2, ApiKey.LIST_GROUPS: 2, ApiKey.API_VERSIONS: 2,
+    ApiKey.CREATE_TOPICS: 3, ApiKey.DELETE_TOPICS: 2, ApiKey.INIT_PRODUCER_ID: 1,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 1, ApiKey.ADD_OFFSETS_TO_TXN: 1, ApiKey.END_TXN: 1,
+    ApiKey.TXN_OFFSET_COMMIT: 1,
+}
 
 
 class Phase(enum.Enum):
@@ -219,6 +239,8 @@ class NodeConnection:
         self._tls_wants = selectors.EVENT_WRITE  # the event the TLS handshake waits for
         self._login: SaslLogin | None = None
         self._relogin_at = float("inf")
+        #: KIP-219: no request is written before this time (the broker throttles us).
+        self.throttled_until = float("-inf")
         self.logins = 0  # SASL logins completed on this connection (KIP-368 re-logins count)
 
     # -- what the loop reads -----------------------------------------------------------------
@@ -251,7 +273,10 @@ class NodeConnection:
         if self.phase not in (Phase.READY, Phase.DRAINING):
             return self._setup_deadline
         first = min((r.deadline for r in self._in_flight), default=float("inf"))
-        return min(first, self._relogin_at) if self.phase is Phase.READY else first
+        if self.phase is not Phase.READY:
+            return first
+        held = self.throttled_until if self._queued else float("inf")
+        return min(first, self._relogin_at, held)
 
     def take_answers(self) -> list[Answer]:
         """The requests finished since the last call."""
@@ -264,7 +289,7 @@ class NodeConnection:
              timeout: float) -> None:
         """Send ``request`` now if READY, else once setup completes; the answer comes later."""
         pending = _Request(request, on_done, timeout)
-        if self.phase is Phase.READY:
+        if self.phase is Phase.READY and not self._queued and now >= self.throttled_until:
             self._write_request(pending, now)
         elif self.phase is Phase.CLOSED:
             self._answer(pending, None, KafkaConnectionError(
@@ -396,6 +421,8 @@ class NodeConnection:
             self.close(_cut(self, f"setup did not finish in {self._setup_timeout:g} s "
                                   f"({self.phase.value}{self._where()})"))
             return
+        if self.phase is Phase.READY and self._queued:
+            self._release(now)  # a KIP-219 throttle that has passed
         if self.phase is Phase.READY and now >= self._relogin_at:
             self.phase = Phase.DRAINING  # requests queue; the ones in flight finish first
             self._relogin_at = float("inf")
@@ -445,9 +472,24 @@ class NodeConnection:
             self._start_login(now)
         elif self.phase in (Phase.HANDSHAKE, Phase.SASL):
             self.phase = Phase.READY
-            queued, self._queued = self._queued, deque()
-            for pending in queued:
-                self._write_request(pending, now)
+            self._release(now)
+
+    def _release(self, now: float) -> None:
+        """Write the queued requests, in order, unless the broker still throttles us."""
+        if now < self.throttled_until:
+            return
+        queued, self._queued = self._queued, deque()
+        for pending in queued:
+            self._write_request(pending, now)
+
+    def _note_throttle(self, reply: Reply, now: float) -> None:
+        """KIP-219: hold new requests while the broker, having answered, throttles us."""
+        millis = getattr(reply.response, "throttle_time_ms", 0) or 0
+        if millis <= 0 or reply.version < _THROTTLES_FROM.get(reply.request.API_KEY, 0):
+            return
+        self.throttled_until = max(self.throttled_until, now + millis / 1000)
+        log.debug("node %d (%s:%d): throttled for %d ms by the broker (KIP-219)",
+                  self.node_id, *self.address, millis)
 
     def _start_tls(self, now: float) -> None:
         assert self._security.tls is not None and self.sock is not None
@@ -595,6 +637,7 @@ class NodeConnection:
             else:
                 pending = self._in_flight.popleft()
                 assert pending.request is reply.request
+                self._note_throttle(reply, now)
                 self._answer(pending, reply.response, None)
                 if self.phase is Phase.DRAINING and not self._in_flight:
                     self._start_login(now)
