@@ -370,6 +370,24 @@ class TransactionalProducer:
         future.resolve()
         return future
 
+    def partitions_for(self, topic: str) -> list[TopicPartition]:
+        """The partitions of ``topic``, from the producer's metadata (as Java's
+        ``partitionsFor``), asked of the cluster if not known yet; in any state.
+
+        It goes through the producer's own connections, so it works wherever the producer
+        does (TLS, SASL), and a missing topic is created if the broker auto-creates topics.
+
+        Raises:
+            KafkaTimeoutError: the topic's metadata did not come within ``max.block.ms``.
+            EosError: the cluster answered with an error for the topic.
+            IllegalStateError: the producer is closed.
+        """
+        args.topic_of(topic)
+        self._sender.refuse_to_wait("partitions_for")
+        with self._lock:
+            self._check_open()
+            return self._router.partitions(topic, self._check_open)
+
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record now and wait until each is written or failed.
 
