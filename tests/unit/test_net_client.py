@@ -727,3 +727,12 @@ def test_a_throttle_before_kip_219_versions_was_served_by_the_broker() -> None:
     assert conn.throttled_until == float("-inf")
     conn._note_throttle(Reply(2, 6, request, throttled_metadata(5_000)), 100.0)
     assert conn.throttled_until == 105.0
+
+
+def test_partitions_for_asks_through_the_producers_own_connections(fake: Any) -> None:
+    # The processor asked on a plaintext side connection of its own, which a TLS or SASL
+    # listener refused (a 10 s stall, then no output partitions known).
+    broker = fake(lambda key, request: metadata_response(broker.port, {"out": 3}))
+    with TransactionalProducer(f"127.0.0.1:{broker.port}", max_block_ms=10_000) as producer:
+        assert producer.partitions_for("out") == [TopicPartition("out", p) for p in range(3)]
+    assert broker.connections >= 1
