@@ -344,7 +344,7 @@ class NodeConnection:
     @property
     def tried(self) -> str:
         """Each address that refused this attempt, and its OS error ("" if none did)."""
-        return ", ".join(f"{peer}: {exc}" for peer, exc in self._tried)
+        return ", ".join(f"{peer} {_described(exc)}" for peer, exc in self._tried)
 
     def _where(self) -> str:
         """The addresses a setup timeout met: the one being tried, the ones that failed."""
@@ -358,8 +358,8 @@ class NodeConnection:
             self.sock.close()
             self.sock = None
         if self._untried:
-            log.info("node %d (%s:%d): %s failed (%s); trying %s", self.node_id, *self.address,
-                     self.peer, exc, self._untried[0])
+            log.info("node %d (%s:%d): %s failed, %s; trying %s", self.node_id, *self.address,
+                     self.peer, _described(exc), self._untried[0])
 
     def on_writable(self, now: float) -> None:
         """The socket can take bytes (or the connect finished)."""
@@ -663,6 +663,12 @@ _SETUP = frozenset({Phase.RESOLVING, Phase.CONNECTING, Phase.TLS, Phase.HANDSHAK
 
 def _nobody() -> None:
     """The wake of a connection no selector loop drives (a test's)."""
+
+
+def _described(exc: OSError) -> str:
+    """``ECONNREFUSED (Connection refused)``: the errno's name, then the OS's words."""
+    name = errno.errorcode.get(exc.errno or 0)
+    return f"{name} ({exc.strerror})" if name and exc.strerror else str(exc)
 
 
 def _os_error(code: int) -> OSError:
