@@ -351,7 +351,7 @@ def copy_topics(broker: RunningBroker, unique_name: Callable[[str], str]) -> tup
 
 def test_the_processor_over_tls_with_one_shared_config(
         broker: RunningBroker, front: Callable[..., KafkaProxy], certs: Certificates,
-        unique_name: Callable[[str], str]) -> None:
+        unique_name: Callable[[str], str], caplog: pytest.LogCaptureFixture) -> None:
     # config= reaches both clients; the output partitions are asked through the producer's
     # own connection (a plaintext side connection stalled 10 s against TLS, then gave up).
     source, sink = copy_topics(broker, unique_name)
@@ -362,6 +362,7 @@ def test_the_processor_over_tls_with_one_shared_config(
         max_records_per_transaction=50, consumer_config=SESSION)
     stats = processor.run(max_records=COPIED, idle_timeout=3 * TIMEOUT)
     assert stats.records_in == COPIED
+    assert "output partitions unknown" not in caplog.text
     report = check(broker.bootstrap_servers, source, sink)
     assert report.ok, str(report)
 
