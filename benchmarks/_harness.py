@@ -182,9 +182,12 @@ class ProxyProcess:
     Stopped by closing its stdin (it exits), then SIGKILL to its pid if it lingers.
     """
 
-    def __init__(self, upstream_host: str, upstream_port: int, latency: float) -> None:
+    def __init__(self, upstream_host: str, upstream_port: int, latency: float,
+                 tls: Tls | None = None) -> None:
+        front = [str(tls.certs.server_cert), str(tls.certs.server_key)] if tls else []
         self._proc = subprocess.Popen(
-            [sys.executable, str(_PROXY_SCRIPT), upstream_host, str(upstream_port), str(latency)],
+            [sys.executable, str(_PROXY_SCRIPT), upstream_host, str(upstream_port), str(latency),
+             *front],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,
@@ -222,6 +225,39 @@ class ProxyProcess:
         if not line.strip().isdigit():
             raise BenchmarkError(f"the proxy process did not start (said {line!r})")
         return int(line)
+
+
+# --- TLS: one front, the same settings for every client ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Tls:
+    """A throwaway CA and the TLS front's certificate (``--tls``), and how clients trust it.
+
+    Every client verifies the front's certificate against the CA and checks its host name
+    (127.0.0.1): librdkafka's settings for eosclient and confluent-kafka, their equivalent for
+    kafka-python.
+    """
+
+    certs: Any  # eosclient.testing.security.Certificates
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """eosclient's and confluent-kafka's settings (the same dict)."""
+        return {"security.protocol": "SSL", "ssl.ca.location": str(self.certs.ca)}
+
+    @property
+    def kafka_python(self) -> dict[str, Any]:
+        """kafka-python's keywords for the same."""
+        return {"security_protocol": "SSL", "ssl_cafile": str(self.certs.ca),
+                "ssl_check_hostname": True}
+
+
+def make_tls(directory: Path) -> Tls:
+    """Certificates for a TLS front in ``directory`` (needs the ``test`` extra)."""
+    from eosclient.testing.security import make_certificates  # noqa: PLC0415 - --tls only
+
+    return Tls(make_certificates(directory))
 
 
 # --- command lines ------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ batches up to 1 MB, kafka-python 16 KB).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 import confluent_kafka
@@ -47,6 +47,10 @@ class Settings:
 
     bootstrap_servers: str
     linger_ms: int
+    # --tls: librdkafka's settings (eosclient and confluent-kafka take the same dict) and
+    # kafka-python's keywords for the same; empty for plaintext.
+    security: Mapping[str, str] = field(default_factory=dict)
+    kafka_python_security: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Session(Protocol):
@@ -95,7 +99,7 @@ class _EosSession:
         self._producer: Any = TransactionalProducer(
             bootstrap_servers=settings.bootstrap_servers,
             transactional_id=txn_id,
-            config={"linger.ms": settings.linger_ms},
+            config={"linger.ms": settings.linger_ms, **settings.security},
         )
         self._batch = batch
         self._preregister = preregister
@@ -137,6 +141,7 @@ class _ConfluentSession:
             "linger.ms": settings.linger_ms,
             "compression.type": "none",
             "log.connection.close": False,
+            **settings.security,
         })
         self._batch = batch
         self._producer.init_transactions(_TIMEOUT)
@@ -192,6 +197,7 @@ class _KafkaPythonSession:
             transactional_id=txn_id,
             linger_ms=settings.linger_ms,
             compression_type=None,
+            **settings.kafka_python_security,
         )
         self._producer.init_transactions()
 

@@ -1,6 +1,6 @@
 """The consumer benchmark: eosclient beside confluent-kafka and kafka-python, in one run.
 
-Run: ``.venv/bin/python benchmarks/consumer.py [--quick] [--repeat 1] [--json out.json]``.
+Run: ``.venv/bin/python benchmarks/consumer.py [--quick] [--repeat 1] [--tls] [--json out.json]``.
 
 Method
 ------
@@ -12,6 +12,12 @@ every committed record; records/s = committed records / seconds from the first p
 record. The clients: eosclient ``poll()``, confluent-kafka ``consume(500)``, kafka-python
 ``poll(max_records=500)``. Afterwards (untimed) every client's records are checked: exactly the
 committed set, no aborted record, none twice. Runs are interleaved over ``--repeat``.
+With ``--tls`` every reader goes through one TLS front (`KafkaProxy` with a throwaway CA's
+certificate, in a process of its own) with the same settings: ``security.protocol=SSL``,
+``ssl.ca.location`` = the CA, host name checked (one dict for eosclient and confluent-kafka,
+kafka-python's keywords for the same); the topic is written straight to the broker. The front
+decrypts in Python on the same two cores, so it bounds every reader alike: read the ratios.
+Only the throughput scenario runs over TLS.
 
 **modes** (noida-db and Tansu): what marker-first filtering costs. Two confluent-kafka
 producers share one partition: B writes ``--mode-records`` records, C begins a transaction and
@@ -41,6 +47,7 @@ import gc
 import importlib.metadata
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -65,7 +72,7 @@ RUN_TIMEOUT: Final = 300.0
 DEFAULTS: Final = {"transactions": 400, "records": 1000, "rounds": 40, "repeat": 1}
 QUICK: Final = {"transactions": 60, "records": 1000, "rounds": 10, "repeat": 1}
 
-Reader = Callable[[str, str, int], list[bytes]]
+Reader = Callable[[str, str, int, "_harness.Tls | None"], tuple[list[bytes], float]]
 
 
 def value(committed: bool, n: int) -> bytes:
@@ -94,8 +101,10 @@ def write_topic(broker: RunningBroker, topic: str, transactions: int, records: i
 # --- the readers: everything read_committed from offset 0, timed from the first poll ----------
 
 
-def read_eosclient(servers: str, topic: str, expected: int) -> tuple[list[bytes], float]:
-    consumer = ReadCommittedConsumer(servers, config={"auto.offset.reset": "earliest"})
+def read_eosclient(servers: str, topic: str, expected: int,
+                   tls: _harness.Tls | None = None) -> tuple[list[bytes], float]:
+    consumer = ReadCommittedConsumer(servers, config={"auto.offset.reset": "earliest",
+                                                      **(tls.settings if tls else {})})
     consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
     got: list[Any] = []
     start = time.perf_counter()
@@ -106,9 +115,11 @@ def read_eosclient(servers: str, topic: str, expected: int) -> tuple[list[bytes]
     return got, elapsed
 
 
-def read_confluent(servers: str, topic: str, expected: int) -> tuple[list[bytes], float]:
+def read_confluent(servers: str, topic: str, expected: int,
+                   tls: _harness.Tls | None = None) -> tuple[list[bytes], float]:
     consumer = ck.Consumer({"bootstrap.servers": servers, "group.id": f"{topic}-ck",
-                            "isolation.level": "read_committed", "enable.auto.commit": False})
+                            "isolation.level": "read_committed", "enable.auto.commit": False,
+                            **(tls.settings if tls else {})})
     consumer.assign([ck.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     got: list[Any] = []
     start = time.perf_counter()
@@ -119,9 +130,11 @@ def read_confluent(servers: str, topic: str, expected: int) -> tuple[list[bytes]
     return got, elapsed
 
 
-def read_kafka_python(servers: str, topic: str, expected: int) -> tuple[list[bytes], float]:
+def read_kafka_python(servers: str, topic: str, expected: int,
+                      tls: _harness.Tls | None = None) -> tuple[list[bytes], float]:
     consumer = kafka.KafkaConsumer(bootstrap_servers=servers, isolation_level="read_committed",
-                                   enable_auto_commit=False, auto_offset_reset="earliest")
+                                   enable_auto_commit=False, auto_offset_reset="earliest",
+                                   **(tls.kafka_python if tls else {}))
     consumer.assign([kafka.TopicPartition(topic, p) for p in range(PARTITIONS)])
     got: list[Any] = []
     start = time.perf_counter()
@@ -149,8 +162,9 @@ def check(values: list[bytes], expected: int) -> str | None:
     return None
 
 
-def throughput(broker: RunningBroker, args: argparse.Namespace) -> list[report.Outcome]:
-    """Every reader over one topic, ``--repeat`` times, interleaved."""
+def throughput(broker: RunningBroker, args: argparse.Namespace, servers: str,
+               tls: _harness.Tls | None) -> list[report.Outcome]:
+    """Every reader over one topic, ``--repeat`` times, interleaved, through ``servers``."""
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     _harness.progress(f"writing {args.transactions} transactions of {args.records} records")
     expected = write_topic(broker, topic, args.transactions, args.records)
@@ -161,7 +175,7 @@ def throughput(broker: RunningBroker, args: argparse.Namespace) -> list[report.O
             _harness.progress(f"throughput: {label} (repeat {repeat + 1}/{args.repeat})")
             try:
                 with _harness.watchdog(RUN_TIMEOUT):
-                    values, elapsed = read(broker.bootstrap_servers, topic, expected)
+                    values, elapsed = read(servers, topic, expected, tls)
                 problem = check(values, expected)
                 if problem:
                     outcome.errors.append(problem)
@@ -274,9 +288,16 @@ def mode_row(name: str, result: dict[str, Any]) -> list[str]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Throughput on noida-db, then the modes on noida-db (proven and not) and Tansu."""
     results: dict[str, Any] = {"outcomes": [], "modes": {}}
-    with start_broker("noida") as noida:
+    with start_broker("noida") as noida, contextlib.ExitStack() as stack:
+        servers, tls = noida.bootstrap_servers, None
+        if args.tls:
+            _harness.progress("starting the TLS front")
+            tls = _harness.make_tls(Path(stack.enter_context(tempfile.TemporaryDirectory())))
+            front = _harness.ProxyProcess(noida.host, noida.port, 0.0, tls)
+            stack.callback(front.stop)
+            servers = front.bootstrap_servers
         if "throughput" in args.scenario:
-            results["outcomes"] = throughput(noida, args)
+            results["outcomes"] = throughput(noida, args, servers, tls)
         if "modes" in args.scenario:
             for name, prove in (("noida-db, index proven", True), ("noida-db, no abort", False)):
                 _harness.progress(f"modes: {name}")
@@ -296,7 +317,9 @@ def render(results: dict[str, Any], ratios: list[report.Ratio], args: argparse.N
     lines = ["", "versions: " + "; ".join(f"{k} {v}" for k, v in versions.items()),
              f"settings: {args.transactions} transactions x {args.records} records (half "
              f"aborted), {PARTITIONS} partitions, {VALUE_SIZE} B values; modes: {args.rounds} "
-             f"rounds of {args.mode_records} records, C held {args.hold_ms} ms", ""]
+             f"rounds of {args.mode_records} records, C held {args.hold_ms} ms"
+             + ("; throughput through a TLS front, every client with the same TLS settings"
+                if args.tls else ""), ""]
     if results["outcomes"]:
         rows = [[o.scenario, o.label, report.format_outcome(o, 1.0)] for o in results["outcomes"]]
         lines += [report.table(rows, ["scenario", "client", "result"]), ""]
@@ -318,11 +341,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--hold-ms", type=int, default=50, help="how long C stays open")
     parser.add_argument("--repeat", type=int, help="throughput runs per client, interleaved")
     parser.add_argument("--scenario", action="append", choices=["throughput", "modes"])
+    parser.add_argument("--tls", action="store_true",
+                        help="read through a TLS front, every client with the same TLS "
+                        "settings (throughput only; needs the test extra)")
     parser.add_argument("--quick", action="store_true", help="a small run")
     parser.add_argument("--json", help="also write the results here as JSON")
     args = parser.parse_args(argv)
     _harness.fill_defaults(args, QUICK if args.quick else DEFAULTS)
-    args.scenario = args.scenario or ["throughput", "modes"]
+    args.scenario = args.scenario or (["throughput"] if args.tls else ["throughput", "modes"])
+    if args.tls and "modes" in args.scenario:
+        parser.error("--tls runs the throughput scenario only")
     return args
 
 

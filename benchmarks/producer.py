@@ -1,6 +1,6 @@
 """The producer benchmark: eosclient beside confluent-kafka and kafka-python, in one run.
 
-Run: ``.venv/bin/python benchmarks/producer.py [--quick] [--repeat 3] [--json out.json]``.
+Run: ``.venv/bin/python benchmarks/producer.py [--quick] [--repeat 3] [--tls] [--json out.json]``.
 
 Method
 ------
@@ -15,6 +15,13 @@ and no compression; values are 100 random bytes with no key. Three scenarios:
 3. **latency**: the same, through `KafkaProxy` adding ``--proxy-latency-ms`` (1 ms) each way;
    the per-transaction latency (median, p99) in ms and in round trips (RTT = twice that).
    eosclient runs with pre-registration (``begin_transaction(partitions=[...])``) and without.
+
+With ``--tls`` the bulk and small scenarios run through one TLS front (`KafkaProxy` with a
+throwaway CA's certificate, in a process of its own) before the broker, and every client gets
+the same settings: ``security.protocol=SSL``, ``ssl.ca.location`` = the CA, host name checked
+(the same dict for eosclient and confluent-kafka; kafka-python's keywords for the same). The
+front decrypts in Python and shares the two cores: it bounds every client alike, so read the
+ratios, not the absolute numbers (the latency scenario is not run over TLS).
 
 Each (scenario, variant, repeat) gets a fresh 4-partition topic and a fresh producer, warmed up
 untimed (``init_transactions`` and one transaction of the same shape). Repeats are interleaved
@@ -49,6 +56,7 @@ import os
 import platform
 import signal
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -98,10 +106,12 @@ class Bench:
     """What every run needs: where the broker and the proxy are, the values, the settings."""
 
     broker: RunningBroker
+    servers: str  # the broker, or with --tls the TLS front before it
     proxy_servers: str | None
     linger_ms: int
     values: list[bytes]
     run_id: str
+    tls: _harness.Tls | None = None
 
 
 def ratio_specs() -> list[report.RatioSpec]:
@@ -153,9 +163,12 @@ def run_once(
     topic = f"bench-{bench.run_id}-{scenario.key}-{variant.key}-{repeat}"
     broker = bench.broker
     create_topic(broker, topic, PARTITIONS)
-    servers = bench.proxy_servers if scenario.via_proxy else broker.bootstrap_servers
+    servers = bench.proxy_servers if scenario.via_proxy else bench.servers
     assert servers is not None
-    settings = clients.Settings(bootstrap_servers=servers, linger_ms=bench.linger_ms)
+    tls = bench.tls
+    settings = clients.Settings(bootstrap_servers=servers, linger_ms=bench.linger_ms,
+                                security=tls.settings if tls else {},
+                                kafka_python_security=tls.kafka_python if tls else {})
     with _harness.watchdog(RUN_TIMEOUT):
         durations = _timed_session(variant.open(settings, f"{topic}-txn"), topic, scenario, bench)
     _harness.check_landed(
@@ -228,8 +241,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         broker = stack.enter_context(start_broker("noida"))
         proxy = _harness.ProxyProcess(broker.host, broker.port, args.proxy_latency_ms / 1e3)
         stack.callback(proxy.stop)
-        bench = Bench(broker, proxy.bootstrap_servers, args.linger_ms, values,
-                      uuid.uuid4().hex[:8])
+        servers, tls = broker.bootstrap_servers, None
+        if args.tls:
+            _harness.progress("starting the TLS front")
+            tls = _harness.make_tls(Path(stack.enter_context(tempfile.TemporaryDirectory())))
+            front = _harness.ProxyProcess(broker.host, broker.port, 0.0, tls)
+            stack.callback(front.stop)
+            servers = front.bootstrap_servers
+        bench = Bench(broker, servers, proxy.bootstrap_servers, args.linger_ms, values,
+                      uuid.uuid4().hex[:8], tls)
         round_trips = {
             "direct_ms": _harness.measured_round_trip(broker.host, broker.port) * 1e3,
             "proxy_ms": _harness.measured_round_trip(proxy.host, proxy.port) * 1e3,
@@ -254,7 +274,7 @@ def environment() -> dict[str, str]:
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:
     """The sizes and settings of this run."""
     names = ("records", "bulk_transactions", "small_transactions", "latency_transactions",
-             "repeat", "linger_ms", "proxy_latency_ms", "scenario")
+             "repeat", "linger_ms", "proxy_latency_ms", "scenario", "tls")
     return {name: getattr(args, name) for name in names} | {
         "partitions": PARTITIONS, "value_bytes": VALUE_SIZE, "broker": "noida-db"}
 
@@ -287,11 +307,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--proxy-latency-ms", type=float, default=1.0, help="added each way")
     parser.add_argument("--scenario", action="append", choices=["bulk", "small", "latency"],
                         help="run only this scenario (repeatable)")
+    parser.add_argument("--tls", action="store_true",
+                        help="bulk and small through a TLS front, every client with the same "
+                        "TLS settings (needs the test extra)")
     parser.add_argument("--quick", action="store_true", help="a small run (~30 s)")
     parser.add_argument("--json", type=Path, help="also write the results here as JSON")
     args = parser.parse_args(argv)
     _harness.fill_defaults(args, QUICK if args.quick else DEFAULTS)
-    args.scenario = args.scenario or ["bulk", "small", "latency"]
+    args.scenario = args.scenario or (["bulk", "small"] if args.tls
+                                      else ["bulk", "small", "latency"])
+    if args.tls and "latency" in args.scenario:
+        parser.error("--tls runs the bulk and small scenarios (latency is measured in plaintext)")
     return args
 
 

@@ -145,6 +145,14 @@ def add_copy_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
                         "start; exit 1 if no input partition was ever assigned by then")
     parser.add_argument("--progress-interval", type=_seconds, default=1.0,
                         help="seconds between progress lines (1)")
+    parser.add_argument("-X", dest="property", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of both clients by Kafka's dotted key (repeatable; "
+                        "kcat's -X): security.protocol, ssl.*, sasl.*, ... Secrets given here "
+                        "show in the process list: put them in --config-file")
+    parser.add_argument("--config-file", type=Path, metavar="PATH",
+                        help="settings of both clients, one KEY=VALUE a line (a Java "
+                        ".properties file, as Kafka's --command-config; # starts a comment); "
+                        "-X and the per-client properties win over it")
     parser.add_argument("--consumer-property", action="append", default=[], metavar="KEY=VALUE",
                         help="a consumer setting by Kafka's dotted key (repeatable); KEY= "
                         "unsets it (group.instance.id=: a dynamic member)")
@@ -163,6 +171,8 @@ def _run_copy(args: argparse.Namespace) -> int:
 
 def _copy(args: argparse.Namespace) -> int:
     try:
+        shared = _config_file(args.config_file) if args.config_file else {}
+        shared.update(_properties(args.property))
         processor = ExactlyOnceProcessor(
             bootstrap_servers=args.bootstrap_servers, input_topics=args.input,
             output_topic=args.output, group_id=args.group,
@@ -170,6 +180,7 @@ def _copy(args: argparse.Namespace) -> int:
             max_records_per_transaction=args.max_records_per_transaction,
             commit_interval_ms=args.commit_interval_ms,
             max_consecutive_aborts=args.max_consecutive_aborts or None,
+            config=shared,
             consumer_config=_properties(args.consumer_property),
             producer_config=_properties(args.producer_property))
     except ValueError as exc:
@@ -229,10 +240,27 @@ def _properties(items: list[str]) -> dict[str, object]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"expected KEY=VALUE, got {item!r}")
-        value = value.strip()
-        found[key.strip()] = (int(value) if value.lstrip("-").isdigit()
-                              else value or None)
+        key, value = key.strip(), value.strip()
+        # Every ssl.*/sasl.* setting is text: a password of digits stays one.
+        text = key.startswith(("ssl.", "sasl."))
+        found[key] = (int(value) if value.lstrip("-").isdigit() and not text
+                      else value or None)
     return found
+
+
+def _config_file(path: Path) -> dict[str, object]:
+    """The ``KEY=VALUE`` lines of a properties file (blank lines and ``#``/``!`` comments
+    skipped), as :func:`_properties` reads them.
+
+    Raises:
+        ValueError: the file cannot be read, or a line is not ``KEY=VALUE``.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ValueError(f"cannot read --config-file {str(path)!r}: {exc.strerror}") from None
+    kept = [line.strip() for line in lines]
+    return _properties([line for line in kept if line and line[0] not in "#!"])
 
 
 @contextmanager

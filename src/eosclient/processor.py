@@ -85,7 +85,6 @@ from typing import TypeVar
 from eosclient._core.types import TopicPartition
 from eosclient._net.backoff import Backoff
 from eosclient._processor.stats import ProcessorStats, StatsCounter
-from eosclient._processor.topics import partition_count
 from eosclient._processor.visible import await_committed
 from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer
 from eosclient.errors import AbortableError, EosError, KafkaTimeoutError
@@ -166,6 +165,10 @@ class ExactlyOnceProcessor:
         max_consecutive_aborts: ``run()`` raises the last error once this many transactions in
             a row were aborted (None: retry for ever). Between them it waits, from 0 after the
             first abort up to 2 s.
+        config: Settings by Kafka's dotted key given to both clients, the producer and the
+            consumer: what they must share to reach the cluster (``security.protocol``,
+            ``ssl.*``, ``sasl.*``, ``client.id``, timeouts). ``producer_config`` and
+            ``consumer_config`` add to it and win over it.
         producer_config: Producer settings by Kafka's dotted key.
         consumer_config: Consumer settings by Kafka's dotted key (``auto.offset.reset``
             defaults to ``earliest`` here, and ``group.instance.id`` to ``transactional_id``:
@@ -181,6 +184,7 @@ class ExactlyOnceProcessor:
                  max_records_per_transaction: int = 500, commit_interval_ms: int = 100,
                  preregister_partitions: bool = False,
                  max_consecutive_aborts: int | None = 10,
+                 config: Mapping[str, object] | None = None,
                  producer_config: Mapping[str, object] | None = None,
                  consumer_config: Mapping[str, object] | None = None) -> None:
         if fn is not None and batch_fn is not None:
@@ -200,9 +204,11 @@ class ExactlyOnceProcessor:
         self._max_records = max_records_per_transaction
         self._interval = commit_interval_ms / 1000
         self._preregister = preregister_partitions
-        self._producer_config = dict(producer_config or {})
+        shared = dict(config or {})
+        self._producer_config = {**shared, **(producer_config or {})}
         self._consumer_config = {"auto.offset.reset": "earliest",
-                                 "group.instance.id": transactional_id, **(consumer_config or {})}
+                                 "group.instance.id": transactional_id, **shared,
+                                 **(consumer_config or {})}
         self._stop = threading.Event()
         self._started = time.monotonic()
         self._counter = StatsCounter()
@@ -543,7 +549,7 @@ class ExactlyOnceProcessor:
                                          config=self._producer_config)
         self._producer = producer
         producer.init_transactions(idle)  # fences an older instance, settles what it left open
-        self._outputs = self._output_partitions()
+        self._outputs = self._output_partitions(producer)
         self._declared = self._outputs if self._preregister else None
         consumer = ReadCommittedConsumer(self.bootstrap_servers, group_id=self.group_id,
                                          config=self._consumer_config)
@@ -553,13 +559,14 @@ class ExactlyOnceProcessor:
         log.info("processor %s: %s -> %s, group %s", self.transactional_id,
                  ",".join(self.input_topics), self.output_topic, self.group_id)
 
-    def _output_partitions(self) -> list[TopicPartition] | None:
+    def _output_partitions(self, producer: TransactionalProducer) -> list[TopicPartition] | None:
+        # The producer's own connections: a side connection of its own (plaintext) failed
+        # against a TLS or SASL listener, after a 10 s stall.
         try:
-            count = partition_count(self.bootstrap_servers, self.output_topic)
+            return producer.partitions_for(self.output_topic)
         except EosError as exc:  # not known: the producer adds partitions as it sends
             log.warning("output partitions unknown (%r): not pre-registered", exc)
             return None
-        return [TopicPartition(self.output_topic, p) for p in range(count)]
 
     def _abort_quietly(self) -> None:
         try:

@@ -370,6 +370,24 @@ class TransactionalProducer:
         future.resolve()
         return future
 
+    def partitions_for(self, topic: str) -> list[TopicPartition]:
+        """The partitions of ``topic``, from the producer's metadata (as Java's
+        ``partitionsFor``), asked of the cluster if not known yet; in any state.
+
+        It goes through the producer's own connections, so it works wherever the producer
+        does (TLS, SASL), and a missing topic is created if the broker auto-creates topics.
+
+        Raises:
+            KafkaTimeoutError: the topic's metadata did not come within ``max.block.ms``.
+            EosError: the cluster answered with an error for the topic.
+            IllegalStateError: the producer is closed.
+        """
+        args.topic_of(topic)
+        self._sender.refuse_to_wait("partitions_for")
+        with self._lock:
+            self._check_open()
+            return self._router.partitions(topic, self._check_open)
+
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record now and wait until each is written or failed.
 
@@ -393,7 +411,8 @@ class TransactionalProducer:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise KafkaTimeoutError(f"flush(): records still pending after "
-                                                f"{seconds:g} s; they stay queued")
+                                                f"{seconds:g} s; they stay queued"
+                                                ) from self._sender.client.connect_failure
                     self._changed.wait(remaining)
             finally:
                 self._sender.flushing -= 1
@@ -462,7 +481,8 @@ class TransactionalProducer:
             KafkaTimeoutError: closing, and no broker has been reachable for a while.
         """
         if self._closing and self._sender.broker_gone(time.monotonic()):
-            raise KafkaTimeoutError(f"close(): {what} cannot finish, no broker is reachable")
+            raise KafkaTimeoutError(f"close(): {what} cannot finish, no broker is reachable"
+                                    ) from self._sender.client.connect_failure
 
     def _blocking(self, call: Any, timeout: float | None) -> None:
         """Run a core call that returns a Completion, and wait for it (under the lock)."""
@@ -482,7 +502,8 @@ class TransactionalProducer:
             remaining = deadline + _GRACE - time.monotonic()
             if remaining <= 0:
                 raise KafkaTimeoutError(f"{completion.call.value}: the deadline passed; the "
-                                        f"work goes on, call again to resume")
+                                        f"work goes on, call again to resume"
+                                        ) from self._sender.client.connect_failure
             self._changed.wait(remaining)
         completion.result()
 

@@ -22,6 +22,7 @@ from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka import TopicPartition as ConfluentTP
 
 from eosclient import (
+    ExactlyOnceProcessor,
     KafkaTimeoutError,
     ReadCommittedConsumer,
     SaslAuthenticationError,
@@ -29,7 +30,9 @@ from eosclient import (
     TopicPartition,
     TransactionalProducer,
 )
+from eosclient.cli import main
 from eosclient.testing.brokers import RunningBroker
+from eosclient.testing.checker import check
 from eosclient.testing.proxy import KafkaProxy
 from eosclient.testing.security import Certificates, SaslUsers, make_certificates
 from eosclient.testing.topics import create_topic
@@ -324,3 +327,63 @@ def test_confluent_kafka_takes_the_same_settings(
         reader.close()
     assert seen == [b"from-eosclient", b"from-confluent"]
     assert {user for _, user in users.logins} == {"alice"}
+
+
+# -- the processor, end to end ----------------------------------------------------------------
+
+COPIED = 300
+# Tansu 0.6 holds a group's first join for about the session timeout: keep it short.
+SESSION = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
+
+
+def copy_topics(broker: RunningBroker, unique_name: Callable[[str], str]) -> tuple[str, str]:
+    """An input topic holding COPIED committed records (written straight to the broker), and an
+    empty output topic."""
+    source = create_topic(broker, unique_name("in"), 3)
+    sink = create_topic(broker, unique_name("out"), 3)
+    with TransactionalProducer(broker.bootstrap_servers,
+                               transactional_id=unique_name("fill")) as producer:
+        producer.init_transactions(TIMEOUT)
+        with producer.transaction():
+            producer.send_batch(source, [str(i).encode() for i in range(COPIED)])
+    return source, sink
+
+
+def test_the_processor_over_tls_with_one_shared_config(
+        broker: RunningBroker, front: Callable[..., KafkaProxy], certs: Certificates,
+        unique_name: Callable[[str], str], caplog: pytest.LogCaptureFixture) -> None:
+    # config= reaches both clients; the output partitions are asked through the producer's
+    # own connection (a plaintext side connection stalled 10 s against TLS, then gave up).
+    source, sink = copy_topics(broker, unique_name)
+    proxy = front(ssl_context=certs.server_context())
+    processor = ExactlyOnceProcessor(
+        bootstrap_servers=proxy.bootstrap_servers, input_topics=[source], output_topic=sink,
+        group_id=unique_name("g"), transactional_id=unique_name("t"), config=tls(certs),
+        max_records_per_transaction=50, consumer_config=SESSION)
+    stats = processor.run(max_records=COPIED, idle_timeout=3 * TIMEOUT)
+    assert stats.records_in == COPIED
+    assert "output partitions unknown" not in caplog.text
+    report = check(broker.bootstrap_servers, source, sink)
+    assert report.ok, str(report)
+
+
+def test_eosclient_copy_over_sasl_ssl_with_scram_from_a_config_file(
+        broker: RunningBroker, front: Callable[..., KafkaProxy], certs: Certificates,
+        unique_name: Callable[[str], str], tmp_path: Any) -> None:
+    source, sink = copy_topics(broker, unique_name)
+    users = SaslUsers(USERS, mechanisms=["SCRAM-SHA-512"])
+    proxy = front(ssl_context=certs.server_context(), sasl=users)
+    settings = tmp_path / "client.properties"
+    settings.write_text("# a managed cluster's settings, secrets kept off the command line\n"
+                        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                        f"sasl.username=alice\nsasl.password={USERS['alice']}\n\n"
+                        f"ssl.ca.location={certs.ca}\n")
+    assert main(["copy", "--input", source, "--output", sink, "--group", unique_name("g"),
+                 "--transactional-id", unique_name("t"),
+                 "--bootstrap-servers", proxy.bootstrap_servers,
+                 "--config-file", str(settings), "-X", "client.id=copier",
+                 *(f"--consumer-property={k}={v}" for k, v in SESSION.items()),
+                 "--max-records", str(COPIED), "--idle-timeout", str(3 * TIMEOUT)]) == 0
+    report = check(broker.bootstrap_servers, source, sink)
+    assert report.ok, str(report)
+    assert ("SCRAM-SHA-512", "alice") in users.logins

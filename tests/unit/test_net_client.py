@@ -20,7 +20,9 @@ from eosclient import ReadCommittedConsumer, TopicMetadata, TransactionalProduce
 from eosclient._consumer import protocol as wire
 from eosclient._core.types import TopicPartition
 from eosclient._net.client import Answer, NetworkClient
+from eosclient._net.node import NodeConnection
 from eosclient._protocol.apis import APIS, api_for
+from eosclient._protocol.connection import Reply
 from eosclient._protocol.framing import FrameDecoder
 from eosclient.config import ClientConfig
 from eosclient.errors import (
@@ -513,3 +515,224 @@ def test_topic_metadata_says_what_the_last_answer_said_without_asking(fake: Any)
             consumer.topic_metadata("t")  # a bare str would be its letters
     finally:
         consumer.close(1)
+
+
+# -- addresses: every one getaddrinfo gives, looked up off the I/O thread ----------------------
+
+def lookups(monkeypatch: pytest.MonkeyPatch, names: dict[str, list[tuple[str, int]]],
+            wait: threading.Event | None = None) -> None:
+    """Make ``getaddrinfo`` answer ``names`` (host -> [(ip, port)], IPv6 or IPv4 in order);
+    ``slow.test`` blocks until ``wait`` is set (a hung resolver)."""
+    real = socket.getaddrinfo
+
+    def fake_getaddrinfo(host: str, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "slow.test" and wait is not None:
+            wait.wait(30)
+        if host not in names:
+            return real(host, port, *args, **kwargs)
+        return [(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM,
+                 socket.IPPROTO_TCP, "", (ip, p, 0, 0) if ":" in ip else (ip, p))
+                for ip, p in names[host]]
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake_getaddrinfo)
+
+
+def free_port() -> int:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        return int(holder.getsockname()[1])
+
+
+def test_a_host_is_reached_on_its_second_address_when_the_first_refuses(
+        fake: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # Only the first address getaddrinfo gave was tried: 'localhost' on ::1 then 127.0.0.1,
+    # with the broker on 127.0.0.1 only, never connected.
+    broker = fake(lambda key, request: metadata_response(0))
+    lookups(monkeypatch, {"broker.test": [("::1", broker.port), ("127.0.0.1", broker.port)]})
+    client = NetworkClient(ClientConfig(bootstrap_servers=(f"broker.test:{broker.port}",)))
+    with caplog.at_level("INFO", logger="eosclient.net"):
+        client.send(None, metadata_request(), lambda answer: None)
+        [answer] = run(client, 1)
+    assert answer.error is None and broker.connections == 1
+    assert str(client._conns[-1].peer) == f"127.0.0.1:{broker.port}"
+    assert f"[::1]:{broker.port} failed" in caplog.text and "WARNING" not in caplog.text
+    assert client.connect_failure is None
+    client.close()
+
+
+def test_an_ipv6_address_is_tried_after_a_refusing_ipv4_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    server = socket.create_server(("::1", 0), family=socket.AF_INET6)
+    port = server.getsockname()[1]
+    accepted = threading.Thread(target=server.accept, daemon=True)
+    accepted.start()
+    lookups(monkeypatch, {"broker.test": [("127.0.0.1", port), ("::1", port)]})
+    client = NetworkClient(ClientConfig(bootstrap_servers=(f"broker.test:{port}",)))
+    client.connect(-1)
+    for _ in range(200):
+        client.poll(0.05)
+        conn = client._conns[-1]
+        if conn.peer is not None and conn.peer.family == socket.AF_INET6 and conn.sock:
+            break
+    accepted.join(10)
+    assert not accepted.is_alive()  # the IPv6 listener was connected to
+    client.close()
+    server.close()
+
+
+def test_a_connect_that_fails_on_every_address_names_each_and_is_chained(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # The WARNING named the host only, with the error of its first address.
+    port = free_port()
+    lookups(monkeypatch, {"broker.test": [("::1", port), ("127.0.0.1", port)]})
+    client = NetworkClient(ClientConfig(bootstrap_servers=(f"broker.test:{port}",)))
+    with caplog.at_level("WARNING", logger="eosclient.net"):
+        client.send(None, metadata_request(), lambda answer: None)
+        [answer] = run(client, 1)
+    assert isinstance(answer.error, KafkaConnectionError)
+    failure = client.connect_failure
+    assert failure is not None and isinstance(failure.__cause__, ConnectionRefusedError)
+    for address in (f"[::1]:{port}", f"127.0.0.1:{port}"):
+        assert address in str(failure) and address in caplog.text
+    assert caplog.text.count("Connection refused") == 2
+    [warning] = caplog.records
+    assert warning.getMessage().startswith(f"cannot connect to broker.test:{port}")
+    client.close()
+
+
+def test_a_host_name_that_does_not_resolve_is_a_failed_connect(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_such_host(*args: Any, **kwargs: Any) -> Any:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
+    client = NetworkClient(ClientConfig(bootstrap_servers=("nowhere.test:9092",)))
+    client.send(None, metadata_request(), lambda answer: None)
+    [answer] = run(client, 1)
+    assert isinstance(answer.error, KafkaConnectionError)
+    failure = client.connect_failure
+    assert "resolve" in str(answer.error) and isinstance(failure, KafkaConnectionError)
+    assert isinstance(failure.__cause__, socket.gaierror)
+    client.close()
+
+
+def test_a_hung_lookup_stalls_no_other_connection(
+        fake: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # getaddrinfo ran on the I/O thread: a resolver hanging on one broker's name stalled the
+    # requests (and heartbeats) of every other connection of the client.
+    release = threading.Event()
+    lookups(monkeypatch, {}, wait=release)
+    broker = fake(lambda key, request: metadata_response(0))
+    client = NetworkClient(ClientConfig(
+        bootstrap_servers=("slow.test:9092", f"127.0.0.1:{broker.port}"),
+        socket_connection_setup_timeout_ms=30_000))
+    try:
+        client.connect(-1)
+        client.poll(0.0)  # the lookup of slow.test starts (on a resolver thread)
+        start = time.monotonic()
+        client.send(-2, metadata_request(), lambda answer: None)
+        [answer] = run(client, 1)
+        assert answer.error is None and answer.node_id == -2
+        assert time.monotonic() - start < 5 and not release.is_set()
+        assert client._conns[-1].phase.name == "RESOLVING"
+    finally:
+        release.set()
+        client.close()
+
+
+def test_the_lookup_wakes_the_selector(monkeypatch: pytest.MonkeyPatch, fake: Any) -> None:
+    # A lookup that ends must not wait for the next timer to be noticed.
+    broker = fake(lambda key, request: metadata_response(0))
+    release = threading.Event()
+    lookups(monkeypatch, {"slow.test": [("127.0.0.1", broker.port)]}, wait=release)
+    client = NetworkClient(ClientConfig(bootstrap_servers=(f"slow.test:{broker.port}",),
+                                        socket_connection_setup_timeout_ms=60_000))
+    client.connect(-1)
+    client.poll(0.0)
+    threading.Timer(0.2, release.set).start()
+    start = time.monotonic()
+    client.poll(30)  # returns when the resolver's answer wakes it, not at the 60 s timer
+    assert time.monotonic() - start < 10
+    run(client, 0, rounds=20)
+    assert client._conns[-1].peer is not None
+    client.close()
+
+
+def test_a_timeout_while_no_broker_can_be_reached_is_chained_from_why(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # send() and position() raised a bare deadline error: nothing said the broker refused.
+    port = free_port()
+    lookups(monkeypatch, {"broker.test": [("::1", port), ("127.0.0.1", port)]})
+    producer = TransactionalProducer(f"broker.test:{port}", max_block_ms=1_000)
+    try:
+        with pytest.raises(KafkaTimeoutError) as raised:
+            producer.send("t", b"x")
+        assert isinstance(raised.value.__cause__, KafkaConnectionError)
+        assert f"[::1]:{port}" in str(raised.value.__cause__)
+    finally:
+        producer.close(1)
+    consumer = ReadCommittedConsumer(f"broker.test:{port}")
+    try:
+        consumer.assign([TopicPartition("t", 0)])
+        with pytest.raises(KafkaTimeoutError) as raised:
+            consumer.position(TopicPartition("t", 0), timeout=1)
+        assert isinstance(raised.value.__cause__, KafkaConnectionError)
+        assert isinstance(raised.value.__cause__.__cause__, ConnectionRefusedError)
+    finally:
+        consumer.close(1)
+
+
+# -- KIP-219 throttling ----------------------------------------------------------------------
+
+
+def throttled_metadata(millis: int) -> Any:
+    response = metadata_response(0)
+    response.throttle_time_ms = millis
+    return response
+
+
+def test_a_throttled_answer_holds_the_next_request_to_that_node(fake: Any) -> None:
+    # throttle_time_ms was ignored: the next request went out at once, to a broker that (KIP-219)
+    # mutes the connection after answering, so its timeout ran while the broker ignored it.
+    arrived: list[float] = []
+
+    def script(key: ApiKey, request: Any) -> Any:
+        arrived.append(time.monotonic())
+        return throttled_metadata(400 if len(arrived) == 1 else 0)
+
+    client = client_for(fake(script).port)
+    client.send(None, metadata_request(), lambda answer: None)
+    [first] = run(client, 1)
+    answered = time.monotonic()
+    assert first.error is None and first.version >= 6
+    client.send(-1, metadata_request(), lambda answer: None)
+    client.send(-1, metadata_request(), lambda answer: None)  # behind it, in order
+    assert client.in_flight(-1) == 2
+    answers = run(client, 2)
+    assert [a.error for a in answers] == [None, None]
+    assert len(arrived) == 3 and arrived[1] - answered >= 0.35  # held until the throttle passed
+    client.send(-1, metadata_request(), lambda answer: None)  # no throttle now: at once
+    started = time.monotonic()
+    [fourth] = run(client, 1)
+    assert fourth.error is None and time.monotonic() - started < 0.3
+    client.close()
+
+
+def test_a_throttle_before_kip_219_versions_was_served_by_the_broker() -> None:
+    # Before KIP-219 (Metadata below v6) the broker delayed the answer itself: no second wait.
+    conn = NodeConnection(1, ("127.0.0.1", 9092), client_id="c", setup_timeout=1.0,
+                          start_at=0.0)
+    request = metadata_request()
+    conn._note_throttle(Reply(1, 5, request, throttled_metadata(5_000)), 100.0)
+    assert conn.throttled_until == float("-inf")
+    conn._note_throttle(Reply(2, 6, request, throttled_metadata(5_000)), 100.0)
+    assert conn.throttled_until == 105.0
+
+
+def test_partitions_for_asks_through_the_producers_own_connections(fake: Any) -> None:
+    # The processor asked on a plaintext side connection of its own, which a TLS or SASL
+    # listener refused (a 10 s stall, then no output partitions known).
+    broker = fake(lambda key, request: metadata_response(broker.port, {"out": 3}))
+    with TransactionalProducer(f"127.0.0.1:{broker.port}", max_block_ms=10_000) as producer:
+        assert producer.partitions_for("out") == [TopicPartition("out", p) for p in range(3)]
+    assert broker.connections >= 1

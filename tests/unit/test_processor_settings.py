@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from eosclient import ExactlyOnceProcessor
+from eosclient import ExactlyOnceProcessor, cli
 
 
 def build(**overrides: Any) -> ExactlyOnceProcessor:
@@ -32,3 +32,43 @@ def test_defaults_build_without_connecting() -> None:
     processor = build(max_consecutive_aborts=None)
     assert processor.stats.transactions_committed == 0
     assert processor.group_id == "g" and processor.output_topic == "out"
+
+
+def test_shared_config_reaches_both_clients_and_the_per_client_ones_win() -> None:
+    # Security settings had to be repeated in producer_config and consumer_config.
+    processor = build(config={"security.protocol": "SSL", "client.id": "shared"},
+                      consumer_config={"client.id": "reader"})
+    assert processor._producer_config == {"security.protocol": "SSL", "client.id": "shared"}
+    assert processor._consumer_config["security.protocol"] == "SSL"
+    assert processor._consumer_config["client.id"] == "reader"
+
+
+def test_copy_reads_a_config_file_and_x_options_for_both_clients(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    made: dict[str, Any] = {}
+
+    class Recording:
+        def __init__(self, **kwargs: Any) -> None:
+            made.update(kwargs)
+            raise ValueError("stop here")
+
+    monkeypatch.setattr(cli, "ExactlyOnceProcessor", Recording)
+    settings = tmp_path / "client.properties"
+    settings.write_text("# comment\n! also a comment\n\nsecurity.protocol = SASL_SSL\n"
+                        "sasl.password=123456\nclient.id=from-file\n")
+    code = cli.main(["copy", "--input", "a", "--output", "b", "--group", "g",
+                     "--transactional-id", "t", "--bootstrap-servers", "127.0.0.1:1",
+                     "--config-file", str(settings), "-X", "client.id=from-x",
+                     "-X", "request.timeout.ms=5000"])
+    assert code == 2  # the recording stopped it
+    # a password of digits stays text; -X wins over the file
+    assert made["config"] == {"security.protocol": "SASL_SSL", "sasl.password": "123456",
+                              "client.id": "from-x", "request.timeout.ms": 5000}
+
+
+def test_copy_says_when_the_config_file_cannot_be_read(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["copy", "--input", "a", "--output", "b", "--group", "g",
+                     "--transactional-id", "t", "--bootstrap-servers", "127.0.0.1:1",
+                     "--config-file", str(tmp_path / "missing.properties")]) == 2
+    assert "cannot read --config-file" in capsys.readouterr().err

@@ -95,8 +95,8 @@ class IoLoop(IoThread):
         that is to send it).
 
         Raises:
-            KafkaTimeoutError: ``deadline`` passed first (chained from ``cause()``); the work
-                it waited for may still complete.
+            KafkaTimeoutError: ``deadline`` passed first (chained from ``cause()``, else from
+                the last failed connect, if any); the work it waited for may still complete.
         """
         woken = False
         while not ready():
@@ -104,7 +104,8 @@ class IoLoop(IoThread):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise KafkaTimeoutError(f"{what} did not finish in time; the consumer is "
-                                        "unchanged") from (cause() if cause else None)
+                                        "unchanged") from ((cause() if cause else None)
+                                                           or self.client.connect_failure)
             if not woken:
                 self.wake()
                 woken = True

@@ -7,8 +7,10 @@ One thread (the client's owner: the producer's or consumer's I/O thread) owns a
 
 * **I/O** (:meth:`NetworkClient.poll`), run *without* the owner's lock: wait on the selector at
   most until the nearest timer, move bytes, start connects whose backoff passed, expire deadlines.
-  Every connect starts here, never in :meth:`NetworkClient.send` or :meth:`NetworkClient.connect`:
-  starting one resolves the host name, and ``getaddrinfo`` can block for seconds.
+  Every connect starts here, never in :meth:`NetworkClient.send` or :meth:`NetworkClient.connect`.
+  Host names are looked up on a resolver thread (:mod:`eosclient._net.resolver`), never here:
+  ``getaddrinfo`` can block for seconds, and other connections' requests and heartbeats must go
+  on meanwhile. The lookup's end wakes the selector like :meth:`NetworkClient.wakeup`.
   It returns the :class:`~eosclient._net.node.Answer` of every request that finished. It never
   calls back, so no application state is touched outside the lock.
 * **Dispatch and send**, run *under* the owner's lock: the owner hands the answers to
@@ -61,6 +63,7 @@ threads and, like everything they share, is read and written only under the owne
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import selectors
 import socket
@@ -71,6 +74,7 @@ from typing import Any
 from eosclient._net.backoff import Backoff
 from eosclient._net.metadata import Metadata
 from eosclient._net.node import Answer, NodeConnection, Phase
+from eosclient._net.resolver import resolve
 from eosclient._net.security import security_for
 from eosclient.config import ClientConfig
 from eosclient.errors import (
@@ -122,7 +126,12 @@ class NetworkClient:
             -(i + 1): _split(server) for i, server in enumerate(config.bootstrap_servers)}
         self._nodes: dict[int, tuple[str, int]] = {}
         self._conns: dict[int, NodeConnection] = {}
-        self._fds: dict[NodeConnection, tuple[int, int]] = {}  # registered fd and events
+        # The socket registered for each connection, its fd and events: a connection that
+        # moves on to its host's next address has a new socket, perhaps on the same fd number.
+        self._fds: dict[NodeConnection, tuple[socket.socket, int, int]] = {}
+        #: The last connect that failed since a connection was last ready (None then): the
+        #: cause to chain into a blocking call's timeout. One reference, read by any thread.
+        self.connect_failure: KafkaConnectionError | None = None
         self._failures: dict[int, int] = {}  # node id -> connects failed in a row
         self._not_before: dict[int, float] = {}  # node id -> reconnect backoff end
         self._unknown_topics: set[str] = set()  # warned about: the cluster has no such topic
@@ -309,7 +318,8 @@ class NetworkClient:
         conn = NodeConnection(node_id, address, client_id=self._config.client_id,
                               setup_timeout=self._setup_timeout, start_at=start_at,
                               max_frame_size=self._config.receive_message_max_bytes,
-                              security=self._security)
+                              security=self._security,
+                              lookup=functools.partial(resolve, wake=self.wakeup))
         self._conns[node_id] = conn  # WAITING: poll() starts it, outside the owner's lock
         return conn
 
@@ -327,24 +337,33 @@ class NetworkClient:
             return
         if conn.ready:
             self._failures.pop(conn.node_id, None)
+            self.connect_failure = None
+        if registered is not None and registered[0] is not conn.sock:  # moved on (or TLS)
+            self._unregister(conn)
+            registered = None
         if conn.sock is None:
             return
-        wanted = (conn.sock.fileno(), conn.events)
+        wanted = (conn.sock, conn.sock.fileno(), conn.events)
         if registered == wanted:
             return
         if registered is None:
-            self._selector.register(wanted[0], wanted[1], conn)
+            self._selector.register(wanted[1], wanted[2], conn)
         else:
-            self._selector.modify(wanted[0], wanted[1], conn)
+            self._selector.modify(wanted[1], wanted[2], conn)
         self._fds[conn] = wanted
 
-    def _forget(self, conn: NodeConnection, now: float) -> None:
+    def _unregister(self, conn: NodeConnection) -> bool:
+        """Take ``conn``'s socket off the selector; whether it was on it."""
         registered = self._fds.pop(conn, None)
-        if registered is None and self._conns.get(conn.node_id) is not conn:
+        if registered is None:
+            return False
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(registered[1])
+        return True
+
+    def _forget(self, conn: NodeConnection, now: float) -> None:
+        if not self._unregister(conn) and self._conns.get(conn.node_id) is not conn:
             return  # forgotten already
-        if registered is not None:
-            with contextlib.suppress(KeyError, ValueError):
-                self._selector.unregister(registered[0])
         if self._conns.get(conn.node_id) is conn:
             del self._conns[conn.node_id]
         if isinstance(conn.failure, AuthenticationError):
@@ -356,10 +375,12 @@ class NetworkClient:
         self._failures[conn.node_id] = failures
         self._not_before[conn.node_id] = now + self._reconnect.delay(failures)
         # Once per streak: the retries go on quietly (and an authentication failure said more).
+        if not conn.was_ready and isinstance(conn.failure, KafkaConnectionError):
+            self.connect_failure = conn.failure
         if failures == 1 and not conn.was_ready and self.fatal is None:
             host, port = conn.address
             log.warning("cannot connect to %s:%s (%s); retrying with backoff",
-                        host, port, conn.failure or "closed during setup")
+                        host, port, conn.reason or conn.failure or "closed during setup")
 
     def _drain_wakeups(self) -> None:
         try:

@@ -10,8 +10,9 @@ under its own lock.
 
 Setup is a fixed sequence of phases; a request sent before READY waits in a queue::
 
-    WAITING --(backoff over)--> CONNECTING --(TCP up)--> [TLS] --> HANDSHAKE --(ApiVersions)-->
-        [SASL] --> READY --(KIP-368 session nearly over)--> DRAINING --(nothing in flight)--> SASL
+    WAITING --(backoff over)--> RESOLVING --(addresses)--> CONNECTING --(TCP up)--> [TLS] -->
+        HANDSHAKE --(ApiVersions)--> [SASL] --> READY --(KIP-368 session nearly over)-->
+        DRAINING --(nothing in flight)--> SASL
 
 The bracketed phases run only when :class:`~eosclient._net.security.Security` asks for them,
 and :meth:`NodeConnection._advance` is the one place that moves between phases: everything
@@ -34,9 +35,23 @@ outside this module only sees READY or a failure.
   flight are answered, then the SASL phase runs again on the same socket and the queue goes
   out. Nothing is cut, so no request's outcome becomes unknown.
 
-Host names are resolved (``getaddrinfo``) in :meth:`NodeConnection.start`, which only the loop's
-:meth:`~NodeConnection.expire` calls, from ``NetworkClient.poll()``, outside the owner's lock: a
-slow resolver must never hold up the application's calls.
+* **Addresses**: the host name is looked up on a resolver thread
+  (:mod:`eosclient._net.resolver`; ``getaddrinfo`` blocks, and a slow resolver must stall
+  neither the application's calls nor the other connections' heartbeats). RESOLVING waits for
+  that future, and :meth:`~NodeConnection.expire` (woken by the resolver) takes its result.
+  CONNECTING then tries every address it gave (IPv6 and IPv4, in ``getaddrinfo``'s order), one
+  at a time, the next as soon as one fails (refused, unreachable); the attempt fails only when
+  all have, with an error naming each address and its OS error (the last ``OSError`` its
+  ``__cause__``). ``setup_timeout`` covers the lookup, every address tried, and the handshakes.
+
+Throttling (KIP-219): a broker over a quota answers at once with ``throttle_time_ms`` > 0 and
+then stops reading from the connection for that long; a client that writes meanwhile only fills
+the broker's buffers, and its requests' timeouts run while the broker ignores them. So an
+answer carrying it (at a version where the broker throttles after answering; before KIP-219 it
+held the answer back itself, and waiting again would double the penalty) makes the connection
+hold new requests in its queue, in order, until the time has passed (:attr:`throttled_until`);
+:meth:`~NodeConnection.expire` writes them then. Requests in flight are not affected. This is
+the one place throttling is honoured: everything above only sees a request answered later.
 
 Deadlines: setup (connect plus handshake) has ``setup_timeout``; each request has its own timeout
 from the moment it is written. A request that times out fails with
@@ -54,15 +69,18 @@ from __future__ import annotations
 import enum
 import errno
 import logging
+import os
 import random
 import selectors
 import socket
 import ssl
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from eosclient._net.resolver import Address, resolve
 from eosclient._net.security import PLAINTEXT, Security
 from eosclient._protocol.connection import Connection, Reply
 from eosclient._protocol.framing import DEFAULT_MAX_FRAME_SIZE
@@ -87,12 +105,24 @@ _READ_SIZE = 256 * 1024
 _IN_PROGRESS = frozenset({errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY})
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 _RELOGIN_WINDOW = (0.85, 0.95)  # of a KIP-368 session lifetime, as Java re-authenticates
+# KIP-219: the first version of each API whose throttle_time_ms the broker enforces by muting the
+# connection after answering (Java's shouldClientThrottle); APIs born after it, from v0.
+_THROTTLES_FROM: dict[int, int] = {
+    ApiKey.PRODUCE: 6, ApiKey.FETCH: 8, ApiKey.LIST_OFFSETS: 3, ApiKey.METADATA: 6,
+    ApiKey.OFFSET_COMMIT: 4, ApiKey.OFFSET_FETCH: 4, ApiKey.FIND_COORDINATOR: 2,
+    ApiKey.JOIN_GROUP: 3, ApiKey.HEARTBEAT: 2, ApiKey.LEAVE_GROUP: 2, ApiKey.SYNC_GROUP: 2,
+    ApiKey.DESCRIBE_GROUPS: 2, ApiKey.LIST_GROUPS: 2, ApiKey.API_VERSIONS: 2,
+    ApiKey.CREATE_TOPICS: 3, ApiKey.DELETE_TOPICS: 2, ApiKey.INIT_PRODUCER_ID: 1,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 1, ApiKey.ADD_OFFSETS_TO_TXN: 1, ApiKey.END_TXN: 1,
+    ApiKey.TXN_OFFSET_COMMIT: 1,
+}
 
 
 class Phase(enum.Enum):
     """Where a connection is in its life."""
 
     WAITING = "waiting for the reconnect backoff to pass"
+    RESOLVING = "looking the host name up"
     CONNECTING = "TCP connect in progress"
     TLS = "TLS handshake in progress"
     HANDSHAKE = "ApiVersions sent"
@@ -167,6 +197,9 @@ class NodeConnection:
             be asked for, so retrying would only stall whoever waits on it.
         security: TLS and SASL (:func:`~eosclient._net.security.security_for`); plaintext by
             default.
+        lookup: Starts the host-name lookup, ``lookup(host, port)``; by default
+            :func:`~eosclient._net.resolver.resolve`, waking nobody (the network client passes
+            one that wakes its selector).
     """
 
     def __init__(
@@ -179,6 +212,7 @@ class NodeConnection:
         start_at: float,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         security: Security = PLAINTEXT,
+        lookup: Callable[[str, int], Future[list[Address]]] | None = None,
     ) -> None:
         self.node_id = node_id
         self.address = address
@@ -186,6 +220,7 @@ class NodeConnection:
         self.start_at = start_at
         self.was_ready = False  # the handshake completed once (a failed connect: it never did)
         self.failure: EosError | None = None  # why it closed, once CLOSED
+        self.reason = ""  # the failure's words without the node's name (for the client's log)
         self.refused: ResponseTooLargeError | None = None  # a non-Fetch answer over the limit
         self.protocol = Connection(client_id, max_frame_size=max_frame_size)
         self.sock: socket.socket | None = None
@@ -196,9 +231,16 @@ class NodeConnection:
         self._out = _Buffer()
         self._answers: list[Answer] = []
         self._security = security
+        self._lookup = lookup or (lambda host, port: resolve(host, port, _nobody))
+        self._addresses: Future[list[Address]] | None = None  # the lookup, while RESOLVING
+        self._untried: deque[Address] = deque()  # addresses left to try while CONNECTING
+        self._tried: list[tuple[Address, OSError]] = []  # addresses that failed, and why
+        self.peer: Address | None = None  # the address connected to (or being tried)
         self._tls_wants = selectors.EVENT_WRITE  # the event the TLS handshake waits for
         self._login: SaslLogin | None = None
         self._relogin_at = float("inf")
+        #: KIP-219: no request is written before this time (the broker throttles us).
+        self.throttled_until = float("-inf")
         self.logins = 0  # SASL logins completed on this connection (KIP-368 re-logins count)
 
     # -- what the loop reads -----------------------------------------------------------------
@@ -231,7 +273,10 @@ class NodeConnection:
         if self.phase not in (Phase.READY, Phase.DRAINING):
             return self._setup_deadline
         first = min((r.deadline for r in self._in_flight), default=float("inf"))
-        return min(first, self._relogin_at) if self.phase is Phase.READY else first
+        if self.phase is not Phase.READY:
+            return first
+        held = self.throttled_until if self._queued else float("inf")
+        return min(first, self._relogin_at, held)
 
     def take_answers(self) -> list[Answer]:
         """The requests finished since the last call."""
@@ -244,7 +289,7 @@ class NodeConnection:
              timeout: float) -> None:
         """Send ``request`` now if READY, else once setup completes; the answer comes later."""
         pending = _Request(request, on_done, timeout)
-        if self.phase is Phase.READY:
+        if self.phase is Phase.READY and not self._queued and now >= self.throttled_until:
             self._write_request(pending, now)
         elif self.phase is Phase.CLOSED:
             self._answer(pending, None, KafkaConnectionError(
@@ -253,25 +298,68 @@ class NodeConnection:
             self._queued.append(pending)
 
     def start(self, now: float) -> None:
-        """Begin the non-blocking connect (the loop calls this once ``start_at`` passed)."""
+        """Begin: look the host name up (the loop calls this once ``start_at`` passed)."""
         self._setup_deadline = now + self._setup_timeout
-        self.phase = Phase.CONNECTING
+        self.phase = Phase.RESOLVING
+        self._addresses = self._lookup(*self.address)
+        self._resolved(now)  # a lookup that answered at once (a literal address, a test's)
+
+    def _resolved(self, now: float) -> None:
+        """Once the lookup is done, start connecting to its first address."""
+        lookup = self._addresses
+        if lookup is None or not lookup.done():
+            return
+        self._addresses = None
         try:
-            family, kind, proto, _, target = socket.getaddrinfo(
-                *self.address, type=socket.SOCK_STREAM)[0]
-            self.sock = socket.socket(family, kind, proto)
-            self.sock.setblocking(False)
-            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            code = self.sock.connect_ex(target)
+            self._untried = deque(lookup.result())
         except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode
             # (an empty label, one over 63 characters) from a broker's Metadata: a failed
             # connect like any other, not a crash of the I/O thread.
-            self.close(_cut(self, f"cannot connect: {exc}", exc))
+            self.close(_cut(self, f"cannot resolve the host name: {exc}", exc))
             return
-        if code == 0:
-            self._advance(now)
-        elif code not in _IN_PROGRESS:
-            self.close(_cut(self, f"cannot connect: {errno.errorcode.get(code, code)}"))
+        self.phase = Phase.CONNECTING
+        self._connect_next(now)
+
+    def _connect_next(self, now: float) -> None:
+        """Start a non-blocking connect to the next address untried; fail when none is left."""
+        while self._untried:
+            self.peer = peer = self._untried.popleft()
+            try:
+                self.sock = socket.socket(peer.family, peer.type, peer.proto)
+                self.sock.setblocking(False)
+                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                code = self.sock.connect_ex(peer.sockaddr)
+            except OSError as exc:  # e.g. no IPv6 on this host: EAFNOSUPPORT
+                self._failed_address(exc)
+                continue
+            if code == 0:
+                self._advance(now)
+                return
+            if code in _IN_PROGRESS:
+                return  # on_writable says how it went
+            self._failed_address(_os_error(code))
+        last = self._tried[-1][1] if self._tried else None
+        self.close(_cut(self, f"every address failed: {self.tried or 'none given'}", last))
+
+    @property
+    def tried(self) -> str:
+        """Each address that refused this attempt, and its OS error ("" if none did)."""
+        return ", ".join(f"{peer} {_described(exc)}" for peer, exc in self._tried)
+
+    def _where(self) -> str:
+        """The addresses a setup timeout met: the one being tried, the ones that failed."""
+        where = f" to {self.peer}" if self.phase is Phase.CONNECTING else ""
+        return f"{where}; failed before: {self.tried}" if self._tried else where
+
+    def _failed_address(self, exc: OSError) -> None:
+        assert self.peer is not None
+        self._tried.append((self.peer, exc))
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self._untried:
+            log.info("node %d (%s:%d): %s failed, %s; trying %s", self.node_id, *self.address,
+                     self.peer, _described(exc), self._untried[0])
 
     def on_writable(self, now: float) -> None:
         """The socket can take bytes (or the connect finished)."""
@@ -279,7 +367,8 @@ class NodeConnection:
             assert self.sock is not None
             code = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if code != 0:
-                self.close(_cut(self, f"cannot connect: {errno.errorcode.get(code, code)}"))
+                self._failed_address(_os_error(code))
+                self._connect_next(now)
                 return
             self._advance(now)
         elif self.phase is Phase.TLS:
@@ -292,6 +381,8 @@ class NodeConnection:
         if self.phase is Phase.TLS:
             self._tls_step(now)
             return
+        if self.phase is Phase.CONNECTING:  # a failed connect is writable too: on_writable
+            return  # read its error and may have moved on to the next address's socket
         sock = self.sock
         tls = isinstance(sock, ssl.SSLSocket)
         while sock is not None and self.phase is not Phase.CLOSED:
@@ -324,10 +415,14 @@ class NodeConnection:
             if now >= self.start_at:
                 self.start(now)
             return
+        if self.phase is Phase.RESOLVING:
+            self._resolved(now)
         if self.phase in _SETUP and now >= self._setup_deadline:
             self.close(_cut(self, f"setup did not finish in {self._setup_timeout:g} s "
-                                  f"({self.phase.value})"))
+                                  f"({self.phase.value}{self._where()})"))
             return
+        if self.phase is Phase.READY and self._queued:
+            self._release(now)  # a KIP-219 throttle that has passed
         if self.phase is Phase.READY and now >= self._relogin_at:
             self.phase = Phase.DRAINING  # requests queue; the ones in flight finish first
             self._relogin_at = float("inf")
@@ -350,6 +445,9 @@ class NodeConnection:
         self.was_ready = self.was_ready or self.phase in (Phase.READY, Phase.DRAINING)
         self.failure = error
         self.phase = Phase.CLOSED
+        if self._addresses is not None:  # a lookup still running: its answer is dropped
+            self._addresses.cancel()
+            self._addresses = None
         if self.sock is not None:
             self.sock.close()
         failure = error or KafkaConnectionError(f"node {self.node_id}: connection closed")
@@ -374,9 +472,24 @@ class NodeConnection:
             self._start_login(now)
         elif self.phase in (Phase.HANDSHAKE, Phase.SASL):
             self.phase = Phase.READY
-            queued, self._queued = self._queued, deque()
-            for pending in queued:
-                self._write_request(pending, now)
+            self._release(now)
+
+    def _release(self, now: float) -> None:
+        """Write the queued requests, in order, unless the broker still throttles us."""
+        if now < self.throttled_until:
+            return
+        queued, self._queued = self._queued, deque()
+        for pending in queued:
+            self._write_request(pending, now)
+
+    def _note_throttle(self, reply: Reply, now: float) -> None:
+        """KIP-219: hold new requests while the broker, having answered, throttles us."""
+        millis = getattr(reply.response, "throttle_time_ms", 0) or 0
+        if millis <= 0 or reply.version < _THROTTLES_FROM.get(reply.request.API_KEY, 0):
+            return
+        self.throttled_until = max(self.throttled_until, now + millis / 1000)
+        log.debug("node %d (%s:%d): throttled for %d ms by the broker (KIP-219)",
+                  self.node_id, *self.address, millis)
 
     def _start_tls(self, now: float) -> None:
         assert self._security.tls is not None and self.sock is not None
@@ -524,6 +637,7 @@ class NodeConnection:
             else:
                 pending = self._in_flight.popleft()
                 assert pending.request is reply.request
+                self._note_throttle(reply, now)
                 self._answer(pending, reply.response, None)
                 if self.phase is Phase.DRAINING and not self._in_flight:
                     self._start_login(now)
@@ -544,7 +658,22 @@ class NodeConnection:
                                     pending.on_done, pending.version))
 
 
-_SETUP = frozenset({Phase.CONNECTING, Phase.TLS, Phase.HANDSHAKE, Phase.SASL})
+_SETUP = frozenset({Phase.RESOLVING, Phase.CONNECTING, Phase.TLS, Phase.HANDSHAKE, Phase.SASL})
+
+
+def _nobody() -> None:
+    """The wake of a connection no selector loop drives (a test's)."""
+
+
+def _described(exc: OSError) -> str:
+    """``ECONNREFUSED (Connection refused)``: the errno's name, then the OS's words."""
+    name = errno.errorcode.get(exc.errno or 0)
+    return f"{name} ({exc.strerror})" if name and exc.strerror else str(exc)
+
+
+def _os_error(code: int) -> OSError:
+    """The OSError of an errno (``OSError(ECONNREFUSED, ...)`` is a ConnectionRefusedError)."""
+    return OSError(code, os.strerror(code))
 
 
 def is_authentication_failure(error: BaseException | None) -> bool:
@@ -561,6 +690,7 @@ def _never_sent(failure: EosError, api: int) -> EosError:
 
 def _cut(conn: NodeConnection, why: str, cause: BaseException | None = None) -> EosError:
     host, port = conn.address
+    conn.reason = why
     error = KafkaConnectionError(f"node {conn.node_id} ({host}:{port}): {why}")
     error.__cause__ = cause
     return error

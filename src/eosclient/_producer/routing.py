@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 
 from eosclient._core.partitioner import default_partitioner
 from eosclient._core.txn import IDEMPOTENT_TABLE, TRANSACTIONAL_TABLE, Input
@@ -216,7 +217,21 @@ class Router:
                     "nothing was queued")
             self._sender.changed.wait(remaining)
 
-    def _await_metadata(self, topic: str) -> int:
+    def partitions(self, topic: str, check: Callable[[], None]) -> list[TopicPartition]:
+        """``topic``'s partitions, waiting up to ``max.block.ms`` for its metadata (under the
+        lock); ``check()`` raises to end the wait (the producer closed).
+
+        Raises:
+            KafkaTimeoutError: the metadata did not come in time (chained from why).
+            EosError: the metadata answer carried a non-retriable error for the topic.
+        """
+        count = self._metadata.partition_count(topic)
+        if count is None:
+            count = self._await_metadata(topic, lambda _: check())
+        return [TopicPartition(topic, p) for p in range(count)]
+
+    def _await_metadata(self, topic: str,
+                        check: Callable[[str], None] | None = None) -> int:
         # The one way a topic of send() gets into a request (Metadata, then Produce): its
         # name is checked against the wire here, off send()'s hot path (RecordTypeError).
         args.topic_of(topic)
@@ -226,13 +241,14 @@ class Router:
         self._sender.wake()
         while (count := self._metadata.partition_count(topic)) is None:
             self._sender.check_alive()
-            self.check_state(topic)  # close() from another thread ends the wait
+            (check or self.check_state)(topic)  # close() from another thread ends the wait
             error = self._metadata.topic_error(topic)
             if error is not None:
                 raise error
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise KafkaTimeoutError(f"topic {topic!r} not in the metadata after "
-                                        f"max.block.ms ({self._max_block * 1000:g} ms)")
+                                        f"max.block.ms ({self._max_block * 1000:g} ms)"
+                                        ) from self._sender.client.connect_failure
             self._sender.changed.wait(remaining)
         return count
