@@ -50,6 +50,7 @@ is the paused process that the coordinator fences.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Final
 
@@ -79,6 +80,8 @@ _UNKNOWN_MEMBER_ID: Final = 25
 _REBALANCE_IN_PROGRESS: Final = 27
 _MEMBER_ID_REQUIRED: Final = 79
 _MOVED_ON: Final = frozenset({_ILLEGAL_GENERATION, _UNKNOWN_MEMBER_ID, _REBALANCE_IN_PROGRESS})
+log = logging.getLogger("eosclient.consumer")
+
 _JOIN_GRACE: Final = 5.0  # JoinGroup may be held for the rebalance timeout; Java adds 5 s
 
 
@@ -429,6 +432,8 @@ class Membership:
             raise IllegalStateError(f"group {self.settings.group_id!r}: {cause.name} is not "
                                     f"allowed in {self.state.name}")
         previous, self.state = self.state, target
+        log.debug("group %r: %s -> %s (%s), generation %d, member %r", self.settings.group_id,
+                  previous.name, target.name, cause.name, self.generation, self.member_id)
         if cause is Input.CALL_LEAVE and previous is not State.UNJOINED and self.member_id:
             self._send_leave()
         fresh = (target is State.UNJOINED or previous is not State.JOINING
