@@ -100,6 +100,14 @@ def test_scenario_on_tansu(name: str, tansu_broker: RunningBroker) -> None:
     assert_clean(result)
 
 
+def test_a_restarting_scenario_refuses_a_broker_that_starts_empty(
+        tansu_broker: RunningBroker) -> None:
+    # On Tansu's memory engine a restart loses the topics: the run would only time out.
+    assert SCENARIOS["broker-restart"].restarts_broker
+    with pytest.raises(ValueError, match="start_restartable_broker"):
+        run_scenario("broker-restart", tansu_broker, seed=1, records=10)
+
+
 @pytest.mark.broker
 @pytest.mark.noida
 def test_noida_acknowledges_a_commit_it_aborted(tmp_path: Path) -> None:

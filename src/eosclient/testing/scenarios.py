@@ -237,9 +237,14 @@ def run_scenario(name: str, broker: RunningBroker, *, seed: int, records: int,
 
     Raises:
         KeyError: an unknown scenario.
+        ValueError: a scenario that restarts the broker, given one that starts empty after a
+            restart (Tansu's memory engine): use :func:`start_restartable_broker`.
         EosError: the topics could not be created or filled.
     """
     spec = SCENARIOS[name]
+    if spec.restarts_broker and not broker.keeps_data:
+        raise ValueError(f"{name} restarts the broker, and {broker!r} starts empty after a "
+                         "restart: give it start_restartable_broker(kind)")
     started = time.monotonic()
     result = ScenarioResult(name, broker.kind, seed, records)
     run = Run(broker, name=name, seed=seed, records=records, partitions=partitions,
