@@ -160,7 +160,7 @@ class RunningBroker:
 
     @property
     def data_dir(self) -> Path | None:
-        """noida-db's data directory; ``None`` for Tansu, whose memory engine keeps no files."""
+        """noida-db's data directory; ``None`` for Tansu (memory or s3: no files here)."""
         return self._data_dir
 
     @property
@@ -330,7 +330,7 @@ def start_broker(
     """Start a broker on 127.0.0.1 and return once it answers ApiVersions.
 
     Args:
-        kind: ``"noida"`` (noida-db, data on disk) or ``"tansu"`` (Tansu, memory engine).
+        kind: ``"noida"`` (noida-db, data on disk) or ``"tansu"`` (Tansu, see ``storage``).
         port: The port to listen on; by default a free one (retried if another process takes it
             first).
         data_dir: noida-db's data directory (created if missing); by default a temporary one.
