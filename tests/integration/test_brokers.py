@@ -157,6 +157,19 @@ def test_restart_keeps_noida_data_and_loses_tansu_data(
         assert topic_name not in topics(fresh_broker)
 
 
+@pytest.mark.broker
+@pytest.mark.tansu
+def test_tansu_s3_storage_keeps_data_across_a_restart(topic_name: str) -> None:
+    # The broker-restart scenarios need this on Tansu, whose memory engine starts empty.
+    with start_broker("tansu", storage="s3") as running:
+        assert (running.storage, running.keeps_data) == ("s3", True)
+        partition, offset = produce_one(running, topic_name, b"before restart")
+        running.restart()
+        assert read_one(running, topic_name, partition, offset, WAIT) == b"before restart"
+        s3_log = running.log_path.with_suffix(".s3.log")
+    assert not s3_log.exists()  # the S3 server went with the broker's temporary directory
+
+
 def test_stop_leaves_no_process(fresh_broker: RunningBroker) -> None:
     pid = fresh_broker.pid
     fresh_broker.stop()
@@ -250,6 +263,8 @@ def test_options_a_broker_does_not_take() -> None:
         start_broker("tansu", data_dir=Path("unused"))
     with pytest.raises(ValueError, match="advertise"):
         start_broker("noida", advertised_port=1)
+    with pytest.raises(ValueError, match="storage"):
+        start_broker("noida", storage="s3")
 
 
 def test_tansu_advertises_the_given_port(tmp_path: Path) -> None:

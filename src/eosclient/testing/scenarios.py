@@ -22,9 +22,13 @@ Use::
 
 From a shell, the long run (it starts its own brokers and prints the scenario x seed table)::
 
-    python -m eosclient.testing.scenarios --records 100000 --seeds 3
+    python -m eosclient.testing.scenarios --records 100000 --seeds 3 [--broker tansu]
 
 and the quick slice's table: ``--records 2000 --seeds 3 --max-records-per-transaction 50``.
+A scenario with ``restarts_broker`` gets a broker of its own that keeps its data across the
+restart (:func:`start_restartable_broker`: on Tansu, the s3 engine on a local S3 server, which
+needs ``moto[server]``); one a broker cannot pass (``broken_on``) is skipped there with the
+reason.
 """
 
 from __future__ import annotations
@@ -34,15 +38,16 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final, Literal
 
 from eosclient.testing._scenario_faults import DRIVERS
 from eosclient.testing._scenario_run import Run
-from eosclient.testing.brokers import BROKER_KINDS, RunningBroker, start_broker
+from eosclient.testing.brokers import BROKER_KINDS, BrokerKind, RunningBroker, start_broker
 from eosclient.testing.checker import KINDS, CheckReport
 
 __all__ = ["KNOWN_BROKER_FAULTS", "SCENARIOS", "Scenario", "ScenarioResult", "format_row",
-           "format_table", "main", "run_scenario"]
+           "format_table", "main", "run_scenario", "start_restartable_broker"]
 
 Aborts = Literal["some", "none", "any"]
 _PRODUCER_CONFIG: Final = {"request.timeout.ms": 1000, "retry.backoff.ms": 20}
@@ -74,7 +79,8 @@ class Scenario:
         aborts: ``"some"``: the faults must abort transactions; ``"none"``: they must be
             handled without an abort; ``"any"``: either.
         fenced: A processor instance must end fenced (the zombie scenario).
-        restarts_broker: It stops and starts the broker (give it a broker of its own).
+        restarts_broker: It stops and starts the broker: give it a broker of its own, one that
+            keeps its data across a restart (:func:`start_restartable_broker`).
         broken_on: Broker kind -> why the scenario cannot pass there (a broker fault it
             exposes); runners skip it on those brokers and say why.
     """
@@ -231,9 +237,14 @@ def run_scenario(name: str, broker: RunningBroker, *, seed: int, records: int,
 
     Raises:
         KeyError: an unknown scenario.
+        ValueError: a scenario that restarts the broker, given one that starts empty after a
+            restart (Tansu's memory engine): use :func:`start_restartable_broker`.
         EosError: the topics could not be created or filled.
     """
     spec = SCENARIOS[name]
+    if spec.restarts_broker and not broker.keeps_data:
+        raise ValueError(f"{name} restarts the broker, and {broker!r} starts empty after a "
+                         "restart: give it start_restartable_broker(kind)")
     started = time.monotonic()
     result = ScenarioResult(name, broker.kind, seed, records)
     run = Run(broker, name=name, seed=seed, records=records, partitions=partitions,
@@ -312,12 +323,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if any(r.problems() for r in results) else 0
 
 
+def start_restartable_broker(kind: BrokerKind, directory: Path | None = None,
+                            ) -> RunningBroker:
+    """A broker of ``kind`` for a scenario with ``restarts_broker``: one whose restart keeps
+    its data (noida-db's data directory; Tansu's s3 engine on a local S3 server, since its
+    memory engine starts empty). ``directory`` keeps the data and logs (default: temporary)."""
+    if kind == "noida":
+        return start_broker(kind, data_dir=directory and directory / "data", log_dir=directory)
+    return start_broker(kind, storage="s3", log_dir=directory)
+
+
 def _run_one(name: str, shared: RunningBroker, seed: int, records: int, *, timeout: float,
              per_transaction: int) -> ScenarioResult:
     if not SCENARIOS[name].restarts_broker:
         return run_scenario(name, shared, seed=seed, records=records, timeout=timeout,
                             max_records_per_transaction=per_transaction)
-    with start_broker(shared.kind) as own:
+    with start_restartable_broker(shared.kind) as own:
         return run_scenario(name, own, seed=seed, records=records, timeout=timeout,
                             max_records_per_transaction=per_transaction)
 
