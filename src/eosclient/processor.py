@@ -273,10 +273,14 @@ class ExactlyOnceProcessor:
     # -- the loop -------------------------------------------------------------------------------
 
     def _loop(self, max_records: int | None, stop_at: float, idle: float | None) -> None:
-        last_record = self._started
+        last_record, last_turn = self._started, time.monotonic()
         assigned_once = False
+        session = self._need(self._consumer).config.session_timeout_ms / 1000
         while not self._stop.is_set():
             now = time.monotonic()
+            if now - last_turn >= session and self._txn is None:
+                self._prove_not_replaced()  # stopped for a session: a zombie now?
+            last_turn = now
             if now >= stop_at:
                 return
             if idle is not None and self._txn is None and now - last_record >= idle:
@@ -453,12 +457,13 @@ class ExactlyOnceProcessor:
             self._prove_not_replaced()
 
     def _prove_not_replaced(self) -> None:
-        """A process that lost its generation may have been replaced while it was stopped (a
-        zombie). The group fences it by ``group.instance.id`` where the broker keeps static
-        members (KIP-345; Tansu does not), and a transaction fences it by its epoch, but only
-        when one reaches the broker: a zombie with nothing to write would live on. So it
-        writes one record in a transaction it aborts (read by no read_committed reader): a
-        newer epoch of the transactional.id refuses it, and ``FencedError`` ends ``run()``.
+        """A process that lost its generation, or whose loop did not turn for a whole session
+        (stopped, starved), may have been replaced meanwhile (a zombie). The group fences it
+        by ``group.instance.id`` where the broker keeps static members (KIP-345; Tansu does
+        not), and a transaction fences it by its epoch, but only when one reaches the broker:
+        a zombie with nothing to write would live on, and may join again and hold partitions.
+        So it writes one record in a transaction it aborts (read by no read_committed reader):
+        a newer epoch of the transactional.id refuses it, and ``FencedError`` ends ``run()``.
         A Produce because Tansu checks the epoch only there and on TxnOffsetCommit.
 
         Raises:
