@@ -1,7 +1,7 @@
 """A TLS and SASL front for a real broker, and the throwaway certificates it needs.
 
-Neither broker installable here serves TLS or SASL in a usable way (``/work/shared/BROKERS.md``:
-Tansu 0.6's ``--cert``/``--key`` cannot be given together, its ``--authentication`` answers
+Neither broker the tests install from PyPI serves TLS or SASL in a usable way (Tansu 0.6's
+``--cert``/``--key`` cannot be given together, its ``--authentication`` answers
 ``NoSharedMechanism``). So the client's TLS and SASL are tested against this front, which
 stands where a secure listener would: it terminates TLS (Python's :mod:`ssl`), speaks the
 *server* side of SASL (PLAIN; SCRAM-SHA-256/512 through ``scramp``'s server, so the client's
