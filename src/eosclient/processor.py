@@ -59,14 +59,18 @@ abort never goes back past what this instance committed for a partition it still
 
 Partitions can also be taken involuntarily: a process paused (GC, a stopped VM) or stalled past
 its session or poll interval has lost its generation, and the group may already have given its
-partitions to another member. Three rules keep that exactly once, on brokers that check less
-than Kafka does (neither broker here checks a TxnOffsetCommit's generation strictly, times
-transactions out, or honours ``require_stable``):
+partitions to another member. Four rules keep that exactly once, and the zombie fenced, on
+brokers that check less than Kafka does (neither broker here checks a TxnOffsetCommit's
+generation strictly, times transactions out, or honours ``require_stable``; Tansu keeps no
+static members):
 
 * a transaction is committed only if the consumer still holds its generation by the clock
   (``in_generation()``), checked after the offsets were sent: a process resumed from a pause
   aborts instead, even before its I/O thread noticed the lost session;
 * lost partitions (``on_lost``, KIP-429) abort the open transaction, never commit it;
+* a worker that lost its generation, or whose loop did not turn for a whole session (a stopped
+  process), with no transaction open proves its producer was not replaced meanwhile: one record
+  in a transaction it aborts, which a newer epoch refuses (``FencedError``);
 * newly assigned partitions start only once every transaction that was open on the output has
   ended (the output's LSO passes its high watermark of the moment; at most
   ``transaction.timeout.ms``), then from the offsets the group shows: a previous owner's last
