@@ -14,6 +14,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -258,6 +259,16 @@ def make_tls(directory: Path) -> Tls:
     from eosclient.testing.security import make_certificates  # noqa: PLC0415 - --tls only
 
     return Tls(make_certificates(directory))
+
+
+def tls_front(stack: contextlib.ExitStack, host: str, port: int) -> tuple[str, Tls]:
+    """A TLS front before ``host:port`` for the length of ``stack``: its bootstrap servers and
+    the settings every client is given."""
+    progress("starting the TLS front")
+    tls = make_tls(Path(stack.enter_context(tempfile.TemporaryDirectory())))
+    front = ProxyProcess(host, port, 0.0, tls)
+    stack.callback(front.stop)
+    return front.bootstrap_servers, tls
 
 
 # --- command lines ------------------------------------------------------------------------------

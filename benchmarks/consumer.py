@@ -47,7 +47,6 @@ import gc
 import importlib.metadata
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -291,11 +290,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with start_broker("noida") as noida, contextlib.ExitStack() as stack:
         servers, tls = noida.bootstrap_servers, None
         if args.tls:
-            _harness.progress("starting the TLS front")
-            tls = _harness.make_tls(Path(stack.enter_context(tempfile.TemporaryDirectory())))
-            front = _harness.ProxyProcess(noida.host, noida.port, 0.0, tls)
-            stack.callback(front.stop)
-            servers = front.bootstrap_servers
+            servers, tls = _harness.tls_front(stack, noida.host, noida.port)
         if "throughput" in args.scenario:
             results["outcomes"] = throughput(noida, args, servers, tls)
         if "modes" in args.scenario:

@@ -56,7 +56,6 @@ import os
 import platform
 import signal
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -243,11 +242,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stack.callback(proxy.stop)
         servers, tls = broker.bootstrap_servers, None
         if args.tls:
-            _harness.progress("starting the TLS front")
-            tls = _harness.make_tls(Path(stack.enter_context(tempfile.TemporaryDirectory())))
-            front = _harness.ProxyProcess(broker.host, broker.port, 0.0, tls)
-            stack.callback(front.stop)
-            servers = front.bootstrap_servers
+            servers, tls = _harness.tls_front(stack, broker.host, broker.port)
         bench = Bench(broker, servers, proxy.bootstrap_servers, args.linger_ms, values,
                       uuid.uuid4().hex[:8], tls)
         round_trips = {

@@ -34,7 +34,7 @@ from eosclient._consumer import args
 from eosclient._consumer.fetcher import Fetcher
 from eosclient._consumer.lookups import Ends
 from eosclient._consumer.loop import IoLoop, serialized
-from eosclient._consumer.membership import State
+from eosclient._consumer.membership import MOVED_ON, State
 from eosclient._consumer.partitions import (
     Assignment,
     ConsumerRecord,
@@ -64,7 +64,6 @@ __all__ = ["ConsumerRecord", "ReadCommittedConsumer", "TopicMetadata"]
 log = logging.getLogger("eosclient.consumer")
 
 _LEAVE_WAIT = 5.0  # seconds close() waits for LeaveGroup at most
-_MOVED_ON = frozenset({22, 25, 27})  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS
 
 
 class TopicMetadata(NamedTuple):
@@ -418,7 +417,7 @@ class ReadCommittedConsumer:
                     # 22 ILLEGAL_GENERATION, 25 UNKNOWN_MEMBER_ID, 27 REBALANCE_IN_PROGRESS:
                     # the group moved on; anything else (or a commit from inside on_revoke,
                     # which cannot rebalance again) is the caller's
-                    if not grouped or exc.code not in _MOVED_ON or group.in_callback:
+                    if not grouped or exc.code not in MOVED_ON or group.in_callback:
                         raise
         self._finish_rebalance(deadline)
         with self._lock:

@@ -69,7 +69,7 @@ from eosclient.errors import (
     error_for,
 )
 
-__all__ = ["TABLE", "Input", "Membership", "Send", "Settings", "State"]
+__all__ = ["MOVED_ON", "TABLE", "Input", "Membership", "Send", "Settings", "State"]
 
 Counts = Callable[[Collection[str]], Mapping[str, int] | None]
 """Partition counts of the topics asked for; None while the metadata is not there yet."""
@@ -79,7 +79,8 @@ _ILLEGAL_GENERATION: Final = 22
 _UNKNOWN_MEMBER_ID: Final = 25
 _REBALANCE_IN_PROGRESS: Final = 27
 _MEMBER_ID_REQUIRED: Final = 79
-_MOVED_ON: Final = frozenset({_ILLEGAL_GENERATION, _UNKNOWN_MEMBER_ID, _REBALANCE_IN_PROGRESS})
+MOVED_ON: Final = frozenset({_ILLEGAL_GENERATION, _UNKNOWN_MEMBER_ID, _REBALANCE_IN_PROGRESS})
+"""The codes that say the group moved on without this member's generation: join again."""
 log = logging.getLogger("eosclient.consumer")
 
 _JOIN_GRACE: Final = 5.0  # JoinGroup may be held for the rebalance timeout; Java adds 5 s
@@ -277,7 +278,7 @@ class Membership:
         elif code == _MEMBER_ID_REQUIRED:  # KIP-394: join again at once, with this member id
             self.member_id = member_id
             self._step_at = now
-        elif code in _MOVED_ON:
+        elif code in MOVED_ON:
             if code == _UNKNOWN_MEMBER_ID:
                 self.member_id = ""
             if code != _REBALANCE_IN_PROGRESS:
@@ -302,7 +303,7 @@ class Membership:
     def refused(self, code: int, now: float) -> None:
         """A commit under this generation was refused with ``code``: if the group moved on
         (22, 25, 27), join again, as a heartbeat refused so would (Java does likewise)."""
-        if self.state not in _HEARTBEATING or code not in _MOVED_ON:
+        if self.state not in _HEARTBEATING or code not in MOVED_ON:
             return
         if code == _UNKNOWN_MEMBER_ID:
             self.member_id = ""
