@@ -230,6 +230,7 @@ class Membership:
             self._heartbeat_in_flight = False
             self._heartbeat_at = now + self.settings.retry_backoff
         elif sent.attempt == self.attempt and sent.kind in ("join", "sync"):
+            log.debug("group %r: no answer to %s: %s", self.settings.group_id, sent.kind, error)
             self._waiting = False
             self._rejoin(now, at_once=False)
 
@@ -237,6 +238,9 @@ class Membership:
 
     def _on_joined(self, response: Any, now: float) -> None:
         code = response.error_code
+        log.debug("group %r: JoinGroup answered %d, generation %d, member %r, leader %r, "
+                  "%d members", self.settings.group_id, code, response.generation_id,
+                  response.member_id, response.leader, len(response.members or ()))
         if code:
             self._on_error(ApiKey.JOIN_GROUP, code, now, member_id=response.member_id)
             return
@@ -249,6 +253,7 @@ class Membership:
 
     def _on_synced(self, response: Any, now: float) -> None:
         code = response.error_code
+        log.debug("group %r: SyncGroup answered %d", self.settings.group_id, code)
         if code:
             self._on_error(ApiKey.SYNC_GROUP, code, now)
             return
@@ -268,6 +273,7 @@ class Membership:
             # the time the process was stopped, and the session may have run out meanwhile.
             self._heard_at = max(self._heard_at, sent.at)
         elif self.state in _HEARTBEATING:
+            log.debug("group %r: Heartbeat answered %d", self.settings.group_id, code)
             self._on_error(ApiKey.HEARTBEAT, code, now)
 
     def _on_error(self, api: ApiKey, code: int, now: float, *, member_id: str = "") -> None:
@@ -331,6 +337,8 @@ class Membership:
             protocols=[(name, metadata) for name in settings.assignors],
             group_instance_id=settings.group_instance_id)
         self._waiting = True
+        log.debug("group %r: JoinGroup, member %r, instance %r", settings.group_id,
+                  self.member_id, settings.group_instance_id)
         self._outbox.append(Send(request, "join", self.attempt,
                                  settings.rebalance_timeout + _JOIN_GRACE))
 
@@ -347,6 +355,8 @@ class Membership:
             assignments = computed
         self._joined = None
         self._waiting = True
+        log.debug("group %r: SyncGroup, generation %d, member %r, %d assignments",
+                  self.settings.group_id, self.generation, self.member_id, len(assignments))
         self._outbox.append(Send(wire.sync_group(
             self.settings.group_id, self.generation, self.member_id, self._protocol,
             assignments, group_instance_id=self.settings.group_instance_id), "sync",
