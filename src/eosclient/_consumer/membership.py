@@ -57,7 +57,15 @@ from typing import Any, Final
 from eosclient._consumer import protocol as wire
 from eosclient._consumer.assignors import ASSIGNORS
 from eosclient._consumer.coordinator import CoordinatorLookup
-from eosclient._consumer.group_table import _HEARTBEATING, TABLE, Input, Send, Settings, State
+from eosclient._consumer.group_table import (
+    _HEARTBEATING,
+    _MEMBER,
+    TABLE,
+    Input,
+    Send,
+    Settings,
+    State,
+)
 from eosclient._core.types import TopicPartition
 from eosclient._net.backoff import Backoff
 from eosclient.errors import (
@@ -249,6 +257,7 @@ class Membership:
         self.last_joined = (response.generation_id, response.member_id)
         self._protocol = response.protocol_name or ""
         self._joined = response if response.leader == response.member_id else _FOLLOWER
+        self._heartbeat_at = now + self.settings.heartbeat_interval
         self._transition(Input.RECV_JOINED, now)
 
     def _on_synced(self, response: Any, now: float) -> None:
@@ -272,6 +281,8 @@ class Membership:
             # by a process resumed from a long pause (it waited in the socket) says nothing of
             # the time the process was stopped, and the session may have run out meanwhile.
             self._heard_at = max(self._heard_at, sent.at)
+        elif self.state is State.SYNCING and code == _REBALANCE_IN_PROGRESS:
+            pass  # the SyncGroup in flight says so too, or completes the generation: it decides
         elif self.state in _HEARTBEATING:
             log.debug("group %r: Heartbeat answered %d", self.settings.group_id, code)
             self._on_error(ApiKey.HEARTBEAT, code, now)
@@ -309,7 +320,7 @@ class Membership:
     def refused(self, code: int, now: float) -> None:
         """A commit under this generation was refused with ``code``: if the group moved on
         (22, 25, 27), join again, as a heartbeat refused so would (Java does likewise)."""
-        if self.state not in _HEARTBEATING or code not in MOVED_ON:
+        if self.state not in _MEMBER or code not in MOVED_ON:
             return
         if code == _UNKNOWN_MEMBER_ID:
             self.member_id = ""
