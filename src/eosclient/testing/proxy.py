@@ -65,7 +65,7 @@ from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
 from eosclient.errors import ApiKey
-from eosclient.testing._proxy_link import Link, SeenRequest, close_writer
+from eosclient.testing._proxy_link import Link, SeenRequest, Timing, close_writer
 from eosclient.testing._proxy_rules import (
     ERROR_RESPONSE_APIS,
     Action,
@@ -90,6 +90,7 @@ __all__ = [
     "RewriteError",
     "Rule",
     "SeenRequest",
+    "Timing",
 ]
 
 log = logging.getLogger("eosclient.testing.proxy")
@@ -136,6 +137,8 @@ class KafkaProxy:
         self.latency = latency
         self._rules = RuleBook()
         self._seen: list[SeenRequest] = []
+        self._timings: list[Timing] = []
+        self._accepted = 0
         self._lock = threading.Lock()
         self._state = "new"
         self._port: int | None = None
@@ -262,9 +265,26 @@ class KafkaProxy:
             return list(self._seen)
 
     def clear_seen(self) -> None:
-        """Forget the requests recorded in `seen`."""
+        """Forget the requests recorded in `seen` and `timings`."""
         with self._lock:
             self._seen.clear()
+            self._timings.clear()
+
+    @property
+    def timings(self) -> list[Timing]:
+        """When each request received so far passed each point (`Timing`), in arrival order.
+
+        The records are the proxy's own and are filled in while their requests are under way:
+        read them once the client is done (a request still under way has None fields).
+        """
+        with self._lock:
+            return list(self._timings)
+
+    def take_timings(self) -> list[Timing]:
+        """`timings`, then forget them (at once, so that no request falls between the two)."""
+        with self._lock:
+            taken, self._timings = self._timings, []
+            return taken
 
     @property
     def connections(self) -> int:
@@ -276,6 +296,10 @@ class KafkaProxy:
     def _record(self, seen: SeenRequest) -> None:
         with self._lock:
             self._seen.append(seen)
+
+    def _time(self, timing: Timing) -> None:
+        with self._lock:
+            self._timings.append(timing)
 
     def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
         loop = self._loop
@@ -337,7 +361,8 @@ class KafkaProxy:
             )
             await close_writer(writer)
             return
-        link = Link(self, (reader, writer), upstream)
+        self._accepted += 1
+        link = Link(self, (reader, writer), upstream, self._accepted)
         self._links.add(link)
         try:
             await link.run()
