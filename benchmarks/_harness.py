@@ -186,11 +186,12 @@ class ProxyProcess:
     """
 
     def __init__(self, upstream_host: str, upstream_port: int, latency: float,
-                 tls: Tls | None = None) -> None:
+                 tls: Tls | None = None, *, precise: bool = False) -> None:
         front = [str(tls.certs.server_cert), str(tls.certs.server_key)] if tls else []
+        flags = ["--precise"] if precise else []
         self._proc = subprocess.Popen(
-            [sys.executable, str(_PROXY_SCRIPT), upstream_host, str(upstream_port), str(latency),
-             *front],
+            [sys.executable, str(_PROXY_SCRIPT), *flags, upstream_host, str(upstream_port),
+             str(latency), *front],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,

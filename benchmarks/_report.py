@@ -154,7 +154,7 @@ def format_ratio(ratio: Ratio) -> list[str]:
     value = "-" if ratio.value is None else f"{ratio.value:.2f}{unit}"
     target = ratio.spec.note
     if ratio.spec.target is not None:
-        target = f"{ratio.spec.direction} {ratio.spec.target:.1f}{unit} {target}".rstrip()
+        target = f"{ratio.spec.direction} {ratio.spec.target:g}{unit} {target}".rstrip()
     return [ratio.spec.scenario, ratio.text, value, target, ratio.verdict()]
 
 

@@ -13,8 +13,8 @@ module counts the requests by API and splits the run's wall time in three:
 - **client**: time with no request at the proxy at all: the client's own work between an answer
   and its next request (the application's calls and the client's I/O thread).
 
-What is left (the spans minus the broker's time) is the added latency plus the proxy's own
-lateness (asyncio timers wake late).
+What is left of the spans is the added latency (RTT per sequential round trip) and the proxy's
+own lateness (asyncio timers wake late), shown as **proxy**.
 """
 
 from __future__ import annotations
@@ -58,10 +58,12 @@ class Breakdown:
     wire: float = 0.0
     broker: float = 0.0
     unanswered: int = 0  # requests with no delivered answer inside the window
+    added: float = 0.0  # the nominal RTT times the sequential round trips
 
     def add(self, rows: Sequence[Sequence[Any]], start: float, end: float,
-            transactions: int) -> None:
-        """Add one run: the proxy's timing rows, the timed window, its transaction count."""
+            transactions: int, rtt: float) -> None:
+        """Add one run: the proxy's timing rows, the timed window, its transaction count, and
+        the nominal round trip the proxy adds."""
         inside = [r for r in rows if start <= r[_ARRIVED] <= end]
         self.transactions += transactions
         self.wall += end - start
@@ -70,6 +72,7 @@ class Breakdown:
         self.unanswered += len(inside) - len(done)
         spans = _merge((r[_ARRIVED], min(r[_DELIVERED], end)) for r in done)
         self.sequential += len(spans)
+        self.added += len(spans) * rtt
         self.wire += sum(b - a for a, b in spans)
         self.broker += sum(b - a for a, b in _merge(
             (r[_FORWARDED], r[_ANSWERED]) for r in done if r[_ANSWERED] is not None))
@@ -85,6 +88,7 @@ class Breakdown:
             "wire_ms": self.wire / n * 1e3,
             "broker_ms": self.broker / n * 1e3,
             "client_ms": (self.wall - self.wire) / n * 1e3,
+            "proxy_ms": (self.wire - self.broker - self.added) / n * 1e3,
             "unanswered": self.unanswered,
         }
 
@@ -92,11 +96,12 @@ class Breakdown:
         """One line: round trips, requests by API, and where the time went, per transaction."""
         if not self.transactions:
             return "no timings"
-        p = self.per_transaction()
+        p, n = self.per_transaction(), self.transactions
         requests = ", ".join(f"{k} {v:.2f}" for k, v in p["requests"].items())
         return (f"{p['sequential_round_trips']:.2f} sequential round trips; {requests}; "
-                f"ms: broker {p['broker_ms']:.2f}, client {p['client_ms']:.2f}, "
-                f"on the wire {p['wire_ms']:.2f}")
+                f"ms: wall {p['wall_ms']:.2f} = added RTT {self.added / n * 1e3:.2f} + proxy "
+                f"{p['proxy_ms']:.2f} + broker {p['broker_ms']:.2f} + client "
+                f"{p['client_ms']:.2f}")
 
 
 def _merge(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -55,6 +55,7 @@ import importlib.metadata
 import os
 import platform
 import signal
+import statistics
 import sys
 import time
 import uuid
@@ -127,7 +128,19 @@ class RttFront:
     broker: RunningBroker
     proxy: _harness.ProxyProcess
     rtt: float  # nominal seconds
-    measured: float  # one ApiVersions round trip through the proxy, seconds
+    # One ApiVersions round trip through the proxy (seconds), measured before every run: the
+    # proxy's lateness follows the machine's load, which changes during a run.
+    samples: list[float] = field(default_factory=list)
+
+    @property
+    def measured(self) -> float:
+        """The median measured round trip."""
+        return statistics.median(self.samples)
+
+    def sample(self) -> None:
+        """Measure a round trip through the proxy now, and forget that exchange's timings."""
+        self.samples.append(_harness.measured_round_trip(self.proxy.host, self.proxy.port, 20))
+        self.proxy.take_timings()
 
 
 def rtt_key(kind: str) -> str:
@@ -162,9 +175,12 @@ def rtt_ratio_specs(kind: str) -> list[report.RatioSpec]:
     spec, key = report.RatioSpec, rtt_key(kind)
     rtt, measured = report.rtt_of(key), report.measured_rtt_of(key)
     return [
-        spec(key, "eos-prereg", rtt, 3.2, "<=", "(median)"),
-        spec(key, "eos-plain", rtt, 3.2, "<=", "(median)"),
-        spec(key, "eos-prereg", measured, note="(the proxy's own cost taken out)"),
+        spec(key, "eos-prereg", measured, 3.2, "<=", "(median; see README)"),
+        spec(key, "eos-plain", measured, 3.2, "<=", "(median; see README)"),
+        spec(key, "ck", measured),
+        spec(key, "kp", measured),
+        spec(key, "eos-prereg", rtt, note="(nominal: the proxy's lateness included)"),
+        spec(key, "eos-plain", rtt),
         spec(key, "ck", rtt),
         spec(key, "kp", rtt),
         spec(key, "ck", "eos-prereg", 1.35, note="(eosclient faster)"),
@@ -205,6 +221,8 @@ def run_once(
     """
     topic = f"bench-{bench.run_id}-{scenario.key}-{variant.key}-{repeat}"
     front = bench.rtt_fronts[scenario.rtt_broker] if scenario.rtt_broker else None
+    if front:
+        front.sample()
     broker = front.broker if front else bench.broker
     create_topic(broker, topic, PARTITIONS)
     servers = bench.proxy_servers if scenario.via_proxy else bench.servers
@@ -221,7 +239,7 @@ def run_once(
                                            scenario, bench)
     if front:
         breakdown = bench.breakdowns.setdefault((scenario.key, variant.key), _rtt.Breakdown())
-        breakdown.add(front.proxy.take_timings(), *window, len(durations))
+        breakdown.add(front.proxy.take_timings(), *window, len(durations), front.rtt)
     _harness.check_landed(
         broker.host, broker.port, topic, PARTITIONS,
         expected=(scenario.transactions + 1) * scenario.records,
@@ -309,10 +327,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if "rtt" in args.scenario:
             for kind in args.rtt_broker:
                 bench.rtt_fronts[kind] = _rtt_front(stack, kind, broker, args.rtt_ms / 1e3)
-                round_trips[f"{rtt_key(kind)}_ms"] = bench.rtt_fronts[kind].measured * 1e3
         outcomes = []
         for scenario in scenarios(args):
             outcomes.extend(run_scenario(bench, scenario, args.repeat))
+        for kind, front in bench.rtt_fronts.items():
+            round_trips[f"{rtt_key(kind)}_ms"] = front.measured * 1e3
     return {"outcomes": outcomes, "round_trips": round_trips, "breakdowns": bench.breakdowns,
             "rtt_fronts": {rtt_key(k): (f.rtt, f.measured) for k, f in bench.rtt_fronts.items()}}
 
@@ -324,11 +343,11 @@ def _rtt_front(stack: contextlib.ExitStack, kind: str, noida: RunningBroker,
     if kind != "noida":
         _harness.progress(f"starting {BROKER_NAMES[kind]}")
         broker = stack.enter_context(start_broker(kind))  # type: ignore[arg-type]
-    proxy = _harness.ProxyProcess(broker.host, broker.port, rtt / 2)
+    proxy = _harness.ProxyProcess(broker.host, broker.port, rtt / 2, precise=True)
     stack.callback(proxy.stop)
-    measured = _harness.measured_round_trip(proxy.host, proxy.port)
-    proxy.take_timings()  # (forget the measurement's requests)
-    return RttFront(broker, proxy, rtt, measured)
+    front = RttFront(broker, proxy, rtt)
+    front.sample()
+    return front
 
 
 def environment() -> dict[str, str]:
@@ -363,7 +382,8 @@ def render(env: dict[str, str], settings: dict[str, Any], results: dict[str, Any
              f" {trips['proxy_ms']:.2f} ms through it, {trips['direct_ms']:.2f} ms direct"]
     for key, (nominal, measured) in results["rtt_fronts"].items():
         lines.append(f"{key}: nominal {nominal * 1e3:.2f} ms through its proxy, linger.ms="
-                     f"{RTT_LINGER_MS}; ApiVersions measured {measured * 1e3:.2f} ms through it")
+                     f"{RTT_LINGER_MS}; ApiVersions measured {measured * 1e3:.2f} ms through it "
+                     "(median of one measurement before each run)")
     rows = [[o.scenario, o.label, report.format_outcome(o, rtts.get(report.rtt_of(o.scenario),
                                                                       rtt))] for o in outcomes]
     lines += ["", report.table(rows, ["scenario", "client", "result"]), ""]
