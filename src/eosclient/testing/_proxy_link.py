@@ -77,7 +77,7 @@ class Timing:
     """When one request passed each point of the proxy (``time.monotonic()`` seconds).
 
     Filled in as the request goes: ``forwarded`` once written to the broker, ``answered`` once
-    the broker's answer arrived, ``delivered`` once that answer was written to the client; each
+    the broker's answer arrived, ``delivered`` as that answer is written to the client; each
     stays None if that never happened (a rule answered, dropped or cut it). The broker's own time
     is ``answered - forwarded``; the client's time before its next request on the connection is
     that request's ``arrived`` minus this one's ``delivered``.
@@ -370,10 +370,10 @@ class Link:
                 log.debug("link %s: cut instead of a response", self._name)
                 return
             assert answer.payload is not None
+            if answer.timing is not None:  # (before the write: the client may read it at once)
+                answer.timing.delivered = self._loop.time()
             self._client_writer.write(answer.payload)
             await self._client_writer.drain()
-            if answer.timing is not None:
-                answer.timing.delivered = self._loop.time()
 
     async def _sleep_until(self, when: float) -> None:
         delay = when - self._loop.time()
