@@ -6,7 +6,7 @@ Method
 ------
 One noida-db broker is started for the run (``start_broker("noida")``) and stopped at the end.
 Every client is a transactional producer with the same ``linger.ms`` (5 ms by default), acks=all
-and no compression; values are 100 random bytes with no key. Three scenarios:
+and no compression; values are 100 random bytes with no key. Four scenarios:
 
 1. **bulk**: transactions of ``--records`` (10,000) records; records/s over ``--bulk-transactions``
    transactions, each timed from ``begin_transaction`` to the return of ``commit_transaction``
@@ -15,6 +15,11 @@ and no compression; values are 100 random bytes with no key. Three scenarios:
 3. **latency**: the same, through `KafkaProxy` adding ``--proxy-latency-ms`` (1 ms) each way;
    the per-transaction latency (median, p99) in ms and in round trips (RTT = twice that).
    eosclient runs with pre-registration (``begin_transaction(partitions=[...])``) and without.
+4. **rtt** (issue 14): the same at a 5 ms RTT (``--rtt-ms``) with ``linger.ms=0``, on noida-db
+   and on Tansu (``--rtt-broker``), each behind a precise latency proxy of its own; besides the
+   latency, the proxy's timings say per transaction which requests went out, how many round trips
+   the client waited for one after the other, and how the time split between the added latency,
+   the proxy, the broker and the client (``_rtt.py``).
 
 With ``--tls`` the bulk and small scenarios run through one TLS front (`KafkaProxy` with a
 throwaway CA's certificate, in a process of its own) before the broker, and every client gets
