@@ -4,9 +4,10 @@ Run: ``.venv/bin/python benchmarks/producer.py [--quick] [--repeat 3] [--tls] [-
 
 Method
 ------
-One noida-db broker is started for the run (``start_broker("noida")``) and stopped at the end.
-Every client is a transactional producer with the same ``linger.ms`` (5 ms by default), acks=all
-and no compression; values are 100 random bytes with no key. Four scenarios:
+One noida-db broker is started for the run (``start_broker("noida")``), and a Tansu broker too
+when the rtt scenario runs on it; all are stopped at the end. Every client is a transactional
+producer with the same ``linger.ms`` (5 ms by default), acks=all and no compression; values are
+100 random bytes with no key. Four scenarios:
 
 1. **bulk**: transactions of ``--records`` (10,000) records; records/s over ``--bulk-transactions``
    transactions, each timed from ``begin_transaction`` to the return of ``commit_transaction``
