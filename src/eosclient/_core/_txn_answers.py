@@ -79,6 +79,11 @@ _CONCURRENT_TRANSACTIONS = 51
 _BUMP_FORM_REJECTED = frozenset({-1, 35, 59})
 _ABANDONING = frozenset({State.ABORTING, State.ABORTABLE_ERROR})
 """States in which registrations are no longer needed (the transaction will be aborted)."""
+# CONCURRENT_TRANSACTIONS (51) on these before any partition of the transaction is registered
+# means the previous transaction's end is still completing (Java's rule: no partition in the
+# transaction yet). A group registered first does not change that: pre-registration sends
+# AddPartitionsToTxn and AddOffsetsToTxn together, and either may be answered first.
+_REGISTERING = frozenset({Step.ADD_PARTITIONS, Step.ADD_OFFSETS})
 CLOSES_MEAN_FENCED = 3
 """EndTxn attempts in a row answered by the broker closing the connection that mean "fenced"."""
 
@@ -148,6 +153,9 @@ class TxnAnswers:
         self._conv.add(Job(Step.ADD_OFFSETS, Destination.TXN_COORDINATOR,
                            key=self.transactional_id or "", group=GroupMetadata(group_id),
                            not_before=now))
+        # TxnOffsetCommit will go to the group's coordinator: find it while AddOffsetsToTxn is
+        # on its way, so the commit follows that answer at once (pre-registration, KIP-609).
+        self._conv.look_up_ahead(Destination.GROUP_COORDINATOR, group_id, now)
 
     def _maybe_end(self, now: float) -> None:
         """Start EndTxn once nothing it must follow is outstanding (KAFKA-14053)."""
@@ -218,7 +226,7 @@ class TxnAnswers:
                 self._give_up(job, self._error or error)
                 return
             quick = error.code == _CONCURRENT_TRANSACTIONS and (
-                job.step is Step.INIT or not (self._registered or self._groups)
+                job.step is Step.INIT or (job.step in _REGISTERING and not self._registered)
             )  # the previous transaction is still completing: retry soon (KAFKA-5482)
             self._conv.retry(job, now, quick=quick, error=error)
             return

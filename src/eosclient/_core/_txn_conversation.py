@@ -118,6 +118,12 @@ class Conversation:
         self._flights[id(job.request)] = job
         self.outbox.append(SendRequest(job.request, job.destination, node, job.not_before))
 
+    def look_up_ahead(self, target: Destination, key: str, now: float) -> None:
+        """Find ``key``'s coordinator now, unless it is known or being looked up, so that a
+        request to it declared ahead (a pre-registered group) need not wait for the lookup."""
+        if self.coordinator(target, key) is None:
+            self._look_up(target, key, now)
+
     def _look_up(self, target: Destination, key: str, not_before: float) -> None:
         for job in self.jobs:
             if job.step is Step.FIND and job.target is target and job.key == key:
