@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from eosclient._core.isolation import DEFAULT_MAX_HELD_BYTES
 from eosclient._core.limits import string_problem
 from eosclient._core.partitioner import Partitioner, default_partitioner
-from eosclient._core.records import Serializer, compression_for
+from eosclient._core.records import Deserializer, Serializer, compression_for
 from eosclient.errors import ConfigError
 
 __all__ = ["ClientConfig", "ConsumerConfig", "ProducerConfig", "Secret", "build", "setting"]
@@ -530,6 +530,12 @@ class ConsumerConfig(ClientConfig):
     max_held_bytes: int = field(default=DEFAULT_MAX_HELD_BYTES, metadata=setting(
         "read.committed.max.held.bytes", integer(1),
         "per partition: transactional data held for its marker before scanning (eosclient)"))
+    key_deserializer: Deserializer | None = field(default=None, metadata=setting(
+        "key.deserializer", function(optional=True),
+        "key bytes -> object (not called for a null key); None delivers bytes"))
+    value_deserializer: Deserializer | None = field(default=None, metadata=setting(
+        "value.deserializer", function(optional=True),
+        "value bytes -> object (not called for a tombstone); None delivers bytes"))
 
     @property
     def read_committed(self) -> bool:

@@ -272,7 +272,7 @@ class TransactionalProducer:
             key: bytes-like or None (or what ``key_serializer`` takes); picks the partition
                 with murmur2 when ``partition`` is None.
             partition: The partition; None lets the partitioner choose.
-            headers: ``(str, bytes | None)`` pairs.
+            headers: ``(str, bytes | str | None)`` pairs; a str value is sent as UTF-8.
             timestamp_ms: CreateTime in ms since the epoch (default: now).
 
         Returns:

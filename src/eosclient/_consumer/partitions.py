@@ -86,6 +86,7 @@ class PartitionState:
         max_bytes: Its ``partition_max_bytes`` (doubled while one batch does not fit).
         last_stable_offset: The LSO the last Fetch answer gave; -1 before one.
         high_watermark: The high watermark the last Fetch answer gave; -1 before one.
+        paused: Paused by the application: neither fetched nor drained.
     """
 
     def __init__(self, tp: TopicPartition, filt: PartitionFilter, max_bytes: int,
@@ -103,6 +104,7 @@ class PartitionState:
         self.max_bytes = max_bytes
         self.last_stable_offset = self.high_watermark = -1
         self.positioned = False  # sought since the last reset: the position is known
+        self.paused = False
 
     @property
     def position(self) -> int | None:
@@ -116,7 +118,7 @@ class PartitionState:
         """Whether the I/O thread may fetch it now."""
         return (self.phase is Phase.FETCHING and not self.in_flight and self.completed is None
                 and self.ready.nbytes < buffer_bytes and not self.ready.blocked
-                and now >= self.retry_at)
+                and now >= self.retry_at and not self.paused)
 
     def seek(self, offset: int) -> None:
         """Deliver from ``offset`` next; whatever was fetched or held is forgotten."""
@@ -264,6 +266,8 @@ class Assignment:
         bound = self.max_partition_bytes
         for i in range(len(states)):
             state = states[(self._turn + i) % len(states)]
+            if state.paused:
+                continue
             full = state.ready.nbytes >= bound
             rewound, error = state.ready.take(limit - len(out), out)
             if rewound or error is not None or (full and state.ready.nbytes < bound):
