@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 import ssl
 import threading
 import time
@@ -152,6 +153,8 @@ class ReadCommittedConsumer:
         self._on_revoke: RebalanceCallback | None = None
         self._on_lost: RebalanceCallback | None = None
         self._assigned_at = 0  # the metadata version when assign() was called
+        self._pattern: re.Pattern[str] | None = None  # subscribe(pattern)
+        self._matched_at = -1  # the metadata version the pattern was last matched against
         self._closed = False
         self._app_lock = threading.RLock()  # serializes the application's calls (see above)
         loop.start()
@@ -182,10 +185,18 @@ class ReadCommittedConsumer:
             self._loop.wake()
 
     @serialized
-    def subscribe(self, topics: Iterable[str], on_assign: RebalanceCallback | None = None,
+    def subscribe(self, topics: Iterable[str] | re.Pattern[str],
+                  on_assign: RebalanceCallback | None = None,
                   on_revoke: RebalanceCallback | None = None,
                   on_lost: RebalanceCallback | None = None) -> None:
         """Join the group and consume the partitions it assigns of ``topics``.
+
+        ``topics`` may be a compiled regular expression (``re.compile(r"orders-.*")``): the
+        topics whose whole name it matches (internal topics left out), matched again on every
+        metadata refresh (at least every ``metadata.max.age.ms``), so a topic created later
+        joins the subscription (the member rejoins the group with it). The group is joined
+        once the first match is found. A topic that stops matching (deleted) stays subscribed
+        while another still matches.
 
         ``on_revoke(partitions)`` runs before partitions are given up (commit there what was
         processed), ``on_assign(partitions)`` after new ones are given; all on the thread
@@ -200,7 +211,8 @@ class ReadCommittedConsumer:
             IllegalStateError: no ``group_id``, partitions were assign()ed, or closed.
             TypeError, ValueError: ``topics`` is not a non-empty iterable of str.
         """
-        names = args.topics_of(topics)
+        pattern = topics if isinstance(topics, re.Pattern) else None
+        names = [] if pattern is not None else args.topics_of(topics)
         group = self._need_group("subscribe()")
         with self._lock:
             self._check_open()
@@ -208,8 +220,14 @@ class ReadCommittedConsumer:
                 raise IllegalStateError("subscribe() after assign(): use one or the other")
             self._mode = _Mode.SUBSCRIBE
             self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
-            self._metadata.want(names)
-            group.membership.subscribe(names, time.monotonic())
+            self._pattern = pattern
+            if pattern is not None:
+                self._matched_at = -1
+                self._metadata.want_all()
+                self._match_pattern()
+            else:
+                self._metadata.want(names)
+                group.membership.subscribe(names, time.monotonic())
             self._loop.wake()
 
     def assignment(self) -> list[TopicPartition]:
@@ -652,6 +670,7 @@ class ReadCommittedConsumer:
             if self._group.membership.error is not None:
                 raise self._group.membership.error.with_traceback(None)
         self._check_topics()
+        self._match_pattern()
         return self._assignment.feed_all(now, self._fetcher.backoff.initial)
 
     def _settle(self, followups: list[Followup], fed: bool) -> EosError | None:
@@ -668,6 +687,19 @@ class ReadCommittedConsumer:
             error = missing(self._assignment.states, self._metadata)
             if error is not None:
                 raise error
+
+    def _match_pattern(self) -> None:
+        """Subscribe to the topics the pattern matches in the newest all-topics metadata;
+        under the lock. The membership rejoins only if the set changed."""
+        listed, version = self._metadata.all_topics, self._metadata.version
+        if self._pattern is None or listed is None or version == self._matched_at:
+            return
+        self._matched_at = version
+        matched = sorted(t for t in listed if self._pattern.fullmatch(t))
+        if matched and self._group is not None:
+            self._metadata.want(matched)
+            self._group.membership.subscribe(matched, time.monotonic())
+            self._loop.wake()
 
     def _rebalance_due(self) -> bool:
         return self._group is not None and self._group.rebalance_due

@@ -4,9 +4,11 @@ iteration, pause/resume, str header values on produce, and poll() before any ass
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -160,3 +162,31 @@ def test_poll_before_assign_or_subscribe_is_an_error(broker: RunningBroker) -> N
             consumer.poll(0.1)
         consumer.assign([])  # owning no partitions on purpose is a state, not a mistake
         assert consumer.poll(0.1) == []
+
+
+@pytest.mark.noida  # Tansu's group join takes ~23 s per rebalance; the pattern logic is the same
+def test_a_pattern_subscription_follows_topics_created_later(noida_broker: RunningBroker,
+                                                             unique_name: Any) -> None:
+    broker, prefix = noida_broker, unique_name("pat")
+    first, other = f"{prefix}-a", f"{prefix}x-b"  # the pattern wants "<prefix>-..." only
+    for topic in (first, other):
+        topics.create_topic(broker, topic)
+        write(broker, topic, [(0, topic.encode())])
+    seen: list[bytes | None] = []
+    with ReadCommittedConsumer(broker.bootstrap_servers, group_id=unique_name("g"),
+                               config={"auto.offset.reset": "earliest",
+                                       "fetch.max.wait.ms": 100,
+                                       "metadata.max.age.ms": 300}) as consumer:
+        consumer.subscribe(re.compile(re.escape(prefix) + "-.*"))
+        deadline = time.monotonic() + TIMEOUT
+        while first.encode() not in seen and time.monotonic() < deadline:
+            seen += [r.value for r in consumer.poll(0.2)]
+        assert seen == [first.encode()]
+        consumer.commit()  # the rejoin below starts each partition at its committed offset
+        later = topics.create_topic(broker, f"{prefix}-later")
+        write(broker, later, [(0, b"later")])
+        deadline = time.monotonic() + TIMEOUT
+        while b"later" not in seen and time.monotonic() < deadline:
+            seen += [r.value for r in consumer.poll(0.2)]
+        assert seen == [first.encode(), b"later"]
+        assert {tp.topic for tp in consumer.assignment()} == {first, later}
