@@ -329,6 +329,13 @@ class ClientConfig:
         "again before the token expires (confluent-kafka's oauth_cb)"))
     sasl_oauthbearer_config: str | None = field(default=None, metadata=setting(
         "sasl.oauthbearer.config", text(optional=True), "passed to oauth_cb as it is"))
+    statistics_interval_ms: int = field(default=0, metadata=setting(
+        "statistics.interval.ms", integer(0),
+        "how often stats_cb is called with a stats() snapshot; 0: never (librdkafka's name)"))
+    stats_cb: Callable[[Any], object] | None = field(default=None, metadata=setting(
+        "stats_cb", function(optional=True),
+        "(ClientStats) -> None, called every statistics.interval.ms on a thread of its own "
+        "(confluent-kafka's stats_cb, given the dataclass rather than JSON)"))
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
@@ -345,6 +352,10 @@ class ClientConfig:
             if top < base:
                 raise ConfigError(f"must be at least the initial backoff ({base}), got {top}",
                                   key=key)
+        if (self.stats_cb is None) != (self.statistics_interval_ms == 0):
+            raise ConfigError("stats_cb and statistics.interval.ms go together: one without "
+                              "the other would never report", key="stats_cb"
+                              if self.stats_cb is not None else "statistics.interval.ms")
         self._check_security()
 
     @property

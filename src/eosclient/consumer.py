@@ -48,6 +48,7 @@ from eosclient._core.isolation import Isolation
 from eosclient._core.records import Deserializer
 from eosclient._core.types import TopicPartition
 from eosclient._net.client import NetworkClient
+from eosclient._stats_reporter import StatsReporter
 from eosclient.config import ConsumerConfig
 from eosclient.errors import (
     AbortableError,
@@ -61,6 +62,7 @@ from eosclient.errors import (
 )
 from eosclient.group import GroupCoordinator, RebalanceCallback
 from eosclient.group_metadata import ConsumerGroupMetadata
+from eosclient.stats import ClientStats
 
 __all__ = ["ConsumerRecord", "ReadCommittedConsumer", "TopicMetadata"]
 
@@ -157,8 +159,12 @@ class ReadCommittedConsumer:
         self._matched_at = -1  # the metadata version the pattern was last matched against
         self._closed = False
         self._app_lock = threading.RLock()  # serializes the application's calls (see above)
+        self._delivered = 0  # records poll() returned (stats())
         loop.start()
         self._finalizer = weakref.finalize(self, loop.stop)  # never closed: stop the thread
+        self._reporter = None if cfg.stats_cb is None else StatsReporter(
+            cfg.statistics_interval_ms / 1000, self.stats, cfg.stats_cb,
+            f"eosclient-stats-{cfg.client_id}")
 
     # -- partitions -----------------------------------------------------------------------------
 
@@ -304,6 +310,7 @@ class ReadCommittedConsumer:
                         self._rewind(done.rewind)
                         error = error or done.error
                     if records:
+                        self._delivered += len(records)
                         return records
                     if error is not None:
                         raise error.with_traceback(None)
@@ -599,6 +606,16 @@ class ReadCommittedConsumer:
         return ConsumerGroupMetadata(group.group_id, joined[0], joined[1],
                                      self.config.group_instance_id)
 
+    def stats(self) -> ClientStats:
+        """A snapshot of this consumer's counters and request timings (see
+        :mod:`eosclient.stats`); cheap, never blocks on the network. Works after close()."""
+        with self._lock:
+            return ClientStats(
+                "consumer", self.config.client_id, records=self._delivered,
+                batches=self._assignment.fed,
+                rebalances=self._group.assignments if self._group is not None else 0,
+                requests=self._loop.client.latency.snapshot())
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     @serialized
@@ -616,6 +633,8 @@ class ReadCommittedConsumer:
                 self._on_revoke(owned)
             except Exception:  # closing always closes
                 log.exception("on_revoke raised while closing")
+        if self._reporter is not None:
+            self._reporter.stop()
         with self._lock:
             self._closed = True
             if self._group is not None and self._loop.crashed is None:

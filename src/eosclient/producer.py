@@ -32,6 +32,7 @@ from eosclient._producer import args
 from eosclient._producer.results import DeliveryFuture, RecordFuture, RecordMetadata, publish
 from eosclient._producer.routing import Groups, Router
 from eosclient._producer.sender import Sender
+from eosclient._stats_reporter import StatsReporter
 from eosclient.config import ProducerConfig, build
 from eosclient.errors import (
     AbortableError,
@@ -43,6 +44,7 @@ from eosclient.errors import (
     KafkaTimeoutError,
 )
 from eosclient.group_metadata import ConsumerGroupMetadata
+from eosclient.stats import ClientStats
 
 __all__ = ["TransactionalProducer"]
 
@@ -135,6 +137,9 @@ class TransactionalProducer:
             self._core.init(time.monotonic(), float("inf"))  # idempotent: a producer id now
         sender.start()
         self._finalizer = weakref.finalize(self, sender.stop)
+        self._reporter = None if cfg.stats_cb is None else StatsReporter(
+            cfg.statistics_interval_ms / 1000, self.stats, cfg.stats_cb,
+            f"eosclient-stats-{cfg.client_id}")
 
     # -- transactions ---------------------------------------------------------------------------
 
@@ -388,6 +393,12 @@ class TransactionalProducer:
             self._check_open()
             return self._router.partitions(topic, self._check_open)
 
+    def stats(self) -> ClientStats:
+        """A snapshot of this producer's counters and request timings (see
+        :mod:`eosclient.stats`); cheap, never blocks on the network. Works after close()."""
+        with self._lock:
+            return self._sender.stats()
+
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record now and wait until each is written or failed.
 
@@ -446,6 +457,8 @@ class TransactionalProducer:
         except EosError as exc:
             log.warning("close(): %s; failing what is left", exc)
         finally:
+            if self._reporter is not None:
+                self._reporter.stop()
             with self._lock:
                 self._closed = True
                 self._core.close()

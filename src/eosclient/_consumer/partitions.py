@@ -190,6 +190,7 @@ class Assignment:
         self.states: dict[TopicPartition, PartitionState] = {}
         self.version = 0  # bumped whenever the set of partitions changes
         self.stale_leaders = False  # a Fetch error says the metadata is out of date
+        self.fed = 0  # partition answers taken in (stats())
         self._turn = 0
 
     def __iter__(self) -> Iterator[PartitionState]:
@@ -250,6 +251,7 @@ class Assignment:
         for state in self.states.values():
             if state.completed is not None:
                 self.feed(state, now, backoff)
+                self.fed += 1
                 fed = True
         return fed
 

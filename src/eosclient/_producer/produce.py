@@ -67,6 +67,7 @@ class ProduceLane:
         self._backoff = Backoff(config.retry_backoff_ms / 1000,
                                 config.retry_backoff_max_ms / 1000)
         self._retry_at: dict[TopicPartition, float] = {}
+        self.acked_records = self.acked_batches = self.retried_batches = 0  # stats()
         # id(request) -> (node id, the earliest delivery deadline of its batches)
         self._flights: dict[int, tuple[int, float]] = {}
         # Requests made under the lock, written by send_outbox() after it is released.
@@ -146,7 +147,10 @@ class ProduceLane:
                                          log_append_time_ms=stamp)
             if isinstance(outcome, Acked):
                 self._retry_at.pop(tp, None)
+                self.acked_batches += 1
+                self.acked_records += ready.ticket.record_count
             elif isinstance(outcome, Retry):
+                self.retried_batches += 1
                 self._retry_at[tp] = now + self._backoff.delay(ready.ticket.attempt + 1)
                 self._metadata.request_update()
             elif isinstance(outcome, Failed):
