@@ -285,7 +285,7 @@ class ReadCommittedConsumer:
             RetriableError: an assigned topic or partition does not exist (after the metadata
                 said so; UNKNOWN_TOPIC_OR_PARTITION).
             FatalError: the group failed (e.g. INCONSISTENT_GROUP_PROTOCOL), or a bug.
-            Whatever a rebalance callback raised, after the rebalance step was done.
+            Exception: whatever a rebalance callback raised, after the rebalance step was done.
         """
         seconds = args.timeout_of(timeout, 0)
         limit = args.max_records_of(max_records, self.config.max_poll_records)

@@ -295,7 +295,8 @@ class TransactionalProducer:
             AbortableError: the transaction failed (FencedError/FatalError likewise).
             KafkaTimeoutError: the topic's metadata did not arrive, or ``buffer.memory``
                 stayed full, within ``max.block.ms``.
-            Nothing was queued when any of these is raised.
+
+        Nothing was queued when any of these is raised.
         """
         # The hot path (~2 us a record, most of it Python calls): the common case (bytes, no
         # serializer, no headers) is checked inline, the lock is taken once, and nothing is
@@ -344,8 +345,10 @@ class TransactionalProducer:
             ones by partition. It fails if any record is lost.
 
         Raises:
-            The same as :meth:`send`, and ValueError if ``keys`` and ``values`` differ in
-            length. Nothing was queued when any is raised.
+            EosError: as :meth:`send`.
+            ValueError: ``keys`` and ``values`` differ in length.
+
+        Nothing was queued when any of these is raised.
         """
         number = args.partition_of(partition)
         name = args.topic_of(topic)
