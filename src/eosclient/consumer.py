@@ -337,7 +337,8 @@ class ReadCommittedConsumer:
         inside :meth:`poll`.
 
         Raises:
-            Whatever :meth:`poll` raises, at the record where it happened; the iteration ends.
+            Exception: whatever :meth:`poll` raises, at the record where it happened; the
+                iteration ends.
         """
         idle = None if idle_timeout is None else args.timeout_of(idle_timeout, 0)
         wait = args.timeout_of(poll_timeout, 0)
