@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -78,3 +79,28 @@ def test_a_failing_stats_cb_is_logged_and_called_again(noida_broker: RunningBrok
             time.sleep(0.05)
     assert len(calls) >= 2
     assert "stats_cb raised" in caplog.text and "exporter down" in caplog.text
+
+
+@pytest.mark.noida
+def test_the_network_logger_tells_connects_and_disconnects(
+        noida_broker: RunningBroker, topic_name: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    unique = topic_name
+    caplog.set_level(logging.DEBUG, logger="eosclient.net")
+    with ReadCommittedConsumer(noida_broker.bootstrap_servers) as consumer:
+        consumer.assign([TopicPartition(topics.create_topic(noida_broker, unique), 0)])
+        deadline = time.monotonic() + TIMEOUT
+        while "connected (plaintext)" not in caplog.text and time.monotonic() < deadline:
+            consumer.poll(0.1)
+    net = [r for r in caplog.records if r.name == "eosclient.net"]
+    assert any("connected (plaintext)" in r.getMessage() and r.levelno == logging.DEBUG
+               for r in net)
+    assert any("disconnected (the client was closed" in r.getMessage()
+               and r.levelno == logging.DEBUG for r in net)  # asked for: DEBUG; a cut: INFO
+
+
+def test_the_package_logger_has_a_null_handler() -> None:
+    # Without it, a WARNING went to logging's last-resort stderr handler in applications that
+    # configure no logging.
+    assert any(isinstance(h, logging.NullHandler)
+               for h in logging.getLogger("eosclient").handlers)

@@ -268,11 +268,13 @@ class NetworkClient:
         answers, self._answers = self._answers, []
         return answers
 
-    def close_node(self, node_id: int, error: KafkaConnectionError | None = None) -> None:
-        """Close the connection to ``node_id``; its requests fail with ``error``."""
+    def close_node(self, node_id: int, error: KafkaConnectionError | None = None, *,
+                   level: int = logging.INFO) -> None:
+        """Close the connection to ``node_id``; its requests fail with ``error`` (logged at
+        ``level`` if it was ready)."""
         conn = self._conns.get(node_id)
         if conn is not None:
-            conn.close(error)
+            conn.close(error, level=level)
             self._after(conn, self._clock())
 
     def close(self) -> list[Answer]:
@@ -281,7 +283,8 @@ class NetworkClient:
             return []
         self.closed = True
         for node_id in list(self._conns):
-            self.close_node(node_id, KafkaConnectionError("the client was closed"))
+            self.close_node(node_id, KafkaConnectionError("the client was closed"),
+                            level=logging.DEBUG)  # asked for: not news
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()

@@ -438,13 +438,15 @@ class NodeConnection:
             self._answer(late, None, timeout)
             self.close(_cut(self, "closed after a request timed out", timeout))
 
-    def close(self, error: EosError | None = None) -> None:
-        """Close the socket; every request not answered fails with ``error``. Idempotent."""
+    def close(self, error: EosError | None = None, *, level: int = logging.INFO) -> None:
+        """Close the socket; every request not answered fails with ``error``. Idempotent.
+        A connection that was ready is logged as disconnected at ``level`` (DEBUG without an
+        ``error``)."""
         if self.phase is Phase.CLOSED:
             return
         ready = self.phase in (Phase.READY, Phase.DRAINING)
         if ready:  # a failed set-up is the client's WARNING; an orderly close is DEBUG
-            log.log(logging.INFO if error is not None else logging.DEBUG,
+            log.log(level if error is not None else logging.DEBUG,
                     "node %d (%s:%d): disconnected (%s; %d requests in flight, %d queued)",
                     self.node_id, *self.address, error or "closed", len(self._in_flight),
                     len(self._queued))

@@ -20,6 +20,7 @@ fresh metadata, since most retriable Produce errors mean leadership moved.
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -35,6 +36,8 @@ from eosclient.config import ProducerConfig
 from eosclient.errors import ApiKey, KafkaConnectionError, UnsupportedVersionError
 
 __all__ = ["ProduceLane"]
+
+log = logging.getLogger("eosclient.producer")
 
 _NETWORK_EXCEPTION = 13  # what a lost answer is reported as: outcome unknown, resend
 _LOST = (_NETWORK_EXCEPTION, -1, -1)
@@ -151,7 +154,11 @@ class ProduceLane:
                 self.acked_records += ready.ticket.record_count
             elif isinstance(outcome, Retry):
                 self.retried_batches += 1
-                self._retry_at[tp] = now + self._backoff.delay(ready.ticket.attempt + 1)
+                delay = self._backoff.delay(ready.ticket.attempt + 1)
+                self._retry_at[tp] = now + delay
+                log.info("%s-%d: a batch of %d records failed (%s); sent again in %.0f ms, "
+                         "%d batches waiting", tp.topic, tp.partition, ready.ticket.record_count,
+                         answer.error or f"error code {code}", delay * 1000, outcome.pending)
                 self._metadata.request_update()
             elif isinstance(outcome, Failed):
                 self._core.on_produce_error(outcome.error, ready.ticket.identity,
