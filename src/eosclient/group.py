@@ -100,6 +100,7 @@ class GroupCoordinator:
         self._assignment = assignment
         self._positioning: list[tuple[OffsetJob, dict[TopicPartition, int]]] = []
         self._asked: tuple[frozenset[str], int] | None = None
+        self.assignments = 0  # assignments taken (stats())
 
     # -- the application (under the lock) -------------------------------------------------------
 
@@ -162,6 +163,7 @@ class GroupCoordinator:
             return RebalanceStep(True, list(assignment.states),
                                  lost=self.membership.generation < 0)
         partitions = self.membership.take_assignment(now)
+        self.assignments += 1
         assignment.replace(partitions, committed=True)
         self._metadata.want({tp.topic for tp in partitions})
         return RebalanceStep(False, partitions)

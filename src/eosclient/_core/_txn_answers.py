@@ -53,6 +53,7 @@ from eosclient._core._txn_values import (
     SequencesReset,
     Step,
     Stragglers,
+    TxnCounts,
     is_successor,
 )
 from eosclient._core._txn_wire import GroupMetadata
@@ -105,6 +106,7 @@ class TxnAnswers:
     transactional_id: str | None
     transaction_timeout_ms: int
     identity: ProducerIdentity
+    counts: TxnCounts
     _machine: StateMachine
     _conv: Conversation
     _error: EosError | None
@@ -301,6 +303,8 @@ class TxnAnswers:
             self._transition(Input.RECV_FENCED, str(fenced), error=fenced, now=now)
             return
         self.identity = new
+        if old != NO_IDENTITY:  # a successor (the same id bumped, or a new id at epoch 0)
+            self.counts.epoch_bumps += 1
         self._conv.outbox.append(SequencesReset(old, new))
         self._transition(Input.RECV_INIT_OK, f"producer id {new.producer_id}, epoch "
                          f"{new.epoch} ({form.name.lower()} form)", now=now)

@@ -44,6 +44,7 @@ class Conversation:
         self.jobs: list[Job] = []
         self.outbox: list[Output] = []
         self.last_retriable: EosError | None = None
+        self.retries = 0  # requests sent again (stats())
         self._backoff = backoff
         self._backoff_max = backoff_max
         self._flights: dict[int, Job] = {}
@@ -191,6 +192,7 @@ class Conversation:
             error: The retriable error, kept as the cause of a later timeout.
         """
         job.attempts += 1
+        self.retries += 1
         base = QUICK_RETRY if quick else self._backoff
         job.not_before = now + min(base * 2 ** (job.attempts - 1), self._backoff_max)
         job.maybe_applied = job.maybe_applied or lost

@@ -251,6 +251,11 @@ class TransactionCore(TxnEngine):
         return tuple(self._machine.history)
 
     @property
+    def retries(self) -> int:
+        """Coordinator requests sent again (a retriable error, a lost answer), for stats()."""
+        return self._conv.retries
+
+    @property
     def recovery(self) -> Recovery | None:
         """How the failed transaction will be aborted; None outside ABORTABLE_ERROR/ABORTING."""
         abortable = self.state in (State.ABORTABLE_ERROR, State.ABORTING)
