@@ -8,6 +8,7 @@ from __future__ import annotations
 # Before the imports: eosclient._protocol reads it while this package is being imported.
 __version__ = "0.1.0.dev0"
 
+import eosclient._kafka  # noqa: F401  (first: kafka-python without its import-time warnings)
 from eosclient._core.types import TopicPartition
 from eosclient._producer.results import RecordMetadata
 from eosclient.config import ClientConfig, ConsumerConfig, ProducerConfig
