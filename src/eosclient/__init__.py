@@ -11,7 +11,8 @@ __version__ = "0.1.0.dev0"
 import eosclient._kafka  # noqa: F401  (first: kafka-python without its import-time warnings)
 from eosclient._core.types import TopicPartition
 from eosclient._producer.results import RecordMetadata
-from eosclient.config import ClientConfig, ConsumerConfig, ProducerConfig
+from eosclient.admin import Admin
+from eosclient.config import AdminConfig, ClientConfig, ConsumerConfig, ProducerConfig
 from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer, TopicMetadata
 from eosclient.errors import (
     AbortableError,
@@ -45,6 +46,8 @@ from eosclient.producer import TransactionalProducer
 
 __all__ = [
     "AbortableError",
+    "Admin",
+    "AdminConfig",
     "AuthenticationError",
     "ClientConfig",
     "CommitFailedError",
