@@ -1,6 +1,9 @@
-"""The ``eosclient`` command line.
+"""The ``eosclient`` command line (docs/cli.md is the user's guide).
 
-Subcommands:
+``eosclient topics|produce|consume|groups|txn`` live in :mod:`eosclient._cli`, one module per
+command group, with what every command shares (connection options, exit codes, one-line
+errors) in ``eosclient._cli.common``; ``eosclient --version`` prints the version. The rest are
+here:
 
 ``eosclient broker --kind {noida,tansu} [--port N] [--data-dir DIR] [--log-dir DIR]``
     Run one broker in the foreground on 127.0.0.1 until Ctrl-C or SIGTERM (needs the ``broker``
@@ -40,6 +43,7 @@ from typing import Final
 
 from eosclient import __version__
 from eosclient._cli import consume, groups, produce, topics, txn
+from eosclient._cli.common import LOG_LEVELS as _LOG_LEVELS
 from eosclient._cli.common import at_least as _at_least
 from eosclient._cli.common import config_file as _config_file
 from eosclient._cli.common import explain as _explain
@@ -56,7 +60,6 @@ __all__ = ["main"]
 _Handler = Callable[[argparse.Namespace], int]
 _STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _WATCH_INTERVAL: Final = 0.2
-_LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
