@@ -152,7 +152,8 @@ class Admin:
     def list_topics(self, *, internal: bool = False, timeout: float | None = None) -> list[str]:
         """The names of the cluster's topics, sorted (internal ones only if ``internal``)."""
         deadline = self._deadline(timeout)
-        response = self._metadata(None, deadline)
+        response = self._retrying("Metadata", deadline,
+                                  functools.partial(self._metadata, None, deadline))
         return sorted(t.name for t in response.topics
                       if is_success(ApiKey.METADATA, t.error_code)
                       and (internal or not t.is_internal))
@@ -166,21 +167,8 @@ class Admin:
         """
         names = _names(topics)
         deadline = self._deadline(timeout)
-        response = self._metadata(names, deadline)
-        found = {t.name: t for t in response.topics}
-        out = []
-        for name in names:
-            topic = found.get(name)
-            code = _UNKNOWN_TOPIC if topic is None else topic.error_code
-            if not is_success(ApiKey.METADATA, code):
-                raise error_for(ApiKey.METADATA, code, f"topic {name!r}")
-            assert topic is not None
-            parts = tuple(sorted((PartitionInfo(
-                p.partition_index, None if p.leader_id == _NO_LEADER else p.leader_id,
-                tuple(p.replica_nodes or ()), tuple(p.isr_nodes or ()))
-                for p in topic.partitions), key=lambda p: p.partition))
-            out.append(TopicDescription(name, parts, bool(topic.is_internal)))
-        return out
+        return self._retrying("Metadata", deadline,
+                              functools.partial(self._describe_topics, names, deadline))
 
     def create_topic(self, name: str, partitions: int = 1, *, replication_factor: int = 1,
                      config: Mapping[str, str] | None = None,
@@ -488,6 +476,25 @@ class Admin:
         with self._runner.lock:  # node addresses, and leaders for the lookups below
             self._runner.client.metadata.on_response(response, time.monotonic())
         return response
+
+    def _describe_topics(self, names: list[str], deadline: float) -> list[TopicDescription]:
+        response = self._metadata(names, deadline)
+        found = {t.name: t for t in response.topics}
+        out = []
+        for name in names:
+            topic = found.get(name)
+            code = _UNKNOWN_TOPIC if topic is None else topic.error_code
+            if code == _UNKNOWN_TOPIC:  # not retried: waiting will not create it
+                raise _final(error_for(ApiKey.METADATA, code, f"topic {name!r}"))
+            if not is_success(ApiKey.METADATA, code):
+                raise error_for(ApiKey.METADATA, code, f"topic {name!r}")
+            assert topic is not None
+            parts = tuple(sorted((PartitionInfo(
+                p.partition_index, None if p.leader_id == _NO_LEADER else p.leader_id,
+                tuple(p.replica_nodes or ()), tuple(p.isr_nodes or ()))
+                for p in topic.partitions), key=lambda p: p.partition))
+            out.append(TopicDescription(name, parts, bool(topic.is_internal)))
+        return out
 
     def _leaders(self, tps: list[TopicPartition], deadline: float) -> dict[TopicPartition, int]:
         """Each partition's leader, from a fresh Metadata answer.

@@ -14,6 +14,9 @@ from eosclient import (
     EosError,
     EpochBumpRequiredError,
     FencedError,
+    IllegalStateError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
     ReadCommittedConsumer,
     TopicPartition,
     TransactionalProducer,
@@ -188,3 +191,22 @@ def test_unsupported_apis_fail_at_once_naming_the_api(broker: RunningBroker, adm
         with pytest.raises(UnsupportedVersionError, match=api):
             call()
         assert time.monotonic() - started < 5, api
+
+
+def test_an_unreachable_broker_times_out_typed() -> None:
+    # Connection refused is retried until the call's timeout, then raised as a timeout whose
+    # cause says why; never a hang.
+    with Admin("127.0.0.1:1") as admin:
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError) as raised:
+            admin.list_topics(timeout=1.5)
+        assert 1.0 < time.monotonic() - started < 5
+        assert isinstance(raised.value.__cause__, KafkaConnectionError)
+
+
+def test_closed_admin_refuses_calls(broker: RunningBroker) -> None:
+    admin = Admin(broker.bootstrap_servers)
+    admin.close()
+    admin.close()  # idempotent
+    with pytest.raises(IllegalStateError):
+        admin.list_topics(timeout=5)

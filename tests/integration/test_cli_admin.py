@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from eosclient import TransactionalProducer
+from eosclient import Admin, TopicPartition, TransactionalProducer
 from eosclient.cli import main
 from eosclient.testing.brokers import RunningBroker
 
@@ -285,3 +286,38 @@ def test_docs_python_snippet_runs(noida_broker: RunningBroker) -> None:
     code = _snippet("python").replace("127.0.0.1:9092", noida_broker.bootstrap_servers)
     code = code.replace('"orders"', '"orders-snippet"')
     exec(compile(code, "docs/cli.md", "exec"), {})
+
+
+def test_produce_interrupted_aborts_the_open_transaction(broker: RunningBroker,
+                                                         topic_name: str) -> None:
+    env = {**os.environ, "EOSCLIENT_BOOTSTRAP_SERVERS": broker.bootstrap_servers}
+    command = [sys.executable, "-m", "eosclient.cli"]
+    assert subprocess.run([*command, "topics", "create", topic_name], env=env, timeout=60,
+                          check=False).returncode == 0
+    child = subprocess.Popen([*command, "produce", "-t", topic_name, "-n", "3"],
+                             stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert child.stdin is not None
+        child.stdin.write(b"1\n2\n3\n4\n5\n")  # a transaction of 3 commits; 4 and 5 stay open
+        child.stdin.flush()
+        seen = b""
+        deadline = time.monotonic() + 30
+        while seen != b"1\n2\n3\n" and time.monotonic() < deadline:
+            seen = subprocess.run([*command, "consume", "-t", topic_name, "-e"], env=env,
+                                  capture_output=True, timeout=60, check=False).stdout
+        assert seen == b"1\n2\n3\n"
+        time.sleep(0.5)  # 4 and 5 reach the broker (the linger is 5 ms)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+        child.wait(10)
+    assert child.returncode == 130 and b"interrupted" in err
+    # Nothing holds the LSO back any more, and 4 and 5 are never read by read_committed readers.
+    with Admin(broker.bootstrap_servers) as admin:
+        tp = TopicPartition(topic_name, 0)
+        committed = admin.list_offsets([tp])
+        assert committed == admin.list_offsets([tp], isolation_level="read_uncommitted")
+    final = subprocess.run([*command, "consume", "-t", topic_name, "-e"], env=env,
+                           capture_output=True, timeout=60, check=False)
+    assert final.stdout == b"1\n2\n3\n"

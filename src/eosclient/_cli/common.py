@@ -77,8 +77,9 @@ def add_connection_args(parser: argparse.ArgumentParser, *, timeout: float = 30.
                         "-X wins over it")
     parser.add_argument("--timeout", type=seconds, default=timeout, metavar="SECONDS",
                         help=f"how long each step may take before it fails ({timeout:g})")
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default="warning",
-                        help="eosclient's log lines on stderr from this level on (warning)")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="error",
+                        help="eosclient's log lines on stderr from this level on (error: "
+                        "only the one-line error a failure ends with)")
 
 
 def client_settings(args: argparse.Namespace) -> dict[str, object]:
@@ -98,7 +99,7 @@ def guarded(command: str, handler: Handler) -> Handler:
 
     def run(args: argparse.Namespace) -> int:
         try:
-            with log_to_stderr(getattr(args, "log_level", "warning")), _stop_raises():
+            with log_to_stderr(getattr(args, "log_level", "error")), _stop_raises():
                 return handler(args)
         except KeyboardInterrupt:
             print(f"eosclient {command}: interrupted", file=sys.stderr)
