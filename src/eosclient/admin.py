@@ -464,12 +464,13 @@ class Admin:
             except RetriableError as exc:
                 failures += 1
                 delay = self._backoff.delay(failures)
-                if time.monotonic() + delay >= deadline:
+                left = deadline - time.monotonic()
+                if left <= 0:
                     if isinstance(exc, KafkaTimeoutError):
                         raise
                     raise KafkaTimeoutError(f"{what} did not finish in time") from exc
                 log.debug("%s: %s; retrying in %.3f s", what, exc, delay)
-                time.sleep(delay)
+                time.sleep(min(delay, left))
 
     def _metadata(self, topics: list[str] | None, deadline: float) -> Any:
         response = self._request(None, wire.metadata(topics), deadline, "Metadata")
