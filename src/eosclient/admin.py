@@ -106,8 +106,12 @@ _LATEST: Final = "latest"
 _READ_COMMITTED: Final = 1
 _NO_LEADER: Final = -1
 _UNKNOWN_TOPIC: Final = 3
+_TRANSACTIONAL_ID_NOT_FOUND: Final = 105
 _CLOSE_WAIT: Final = 5.0
 _DEFAULT_MAX_OPEN_MS: Final = 15 * 60 * 1000  # Kafka's transaction.max.timeout.ms default
+# The id's transaction timeout until its producer initialises again with its own (Java's
+# transaction.timeout.ms default).
+_TERMINATE_TXN_TIMEOUT_MS: Final = 60_000
 
 
 class Admin:
@@ -311,7 +315,7 @@ class Admin:
 
         def attempt() -> list[TransactionListing]:
             found: list[TransactionListing] = []
-            request = lambda: wire.list_transactions(wanted, pids, -1)  # noqa: E731
+            request = functools.partial(wire.list_transactions, wanted, pids, -1)
             for node, response in self._to_every_broker(request, deadline, "ListTransactions"):
                 if not is_success(ApiKey.LIST_TRANSACTIONS, response.error_code):
                     raise error_for(ApiKey.LIST_TRANSACTIONS, response.error_code,
@@ -361,7 +365,7 @@ class Admin:
         Args:
             max_open_ms: The bound of the first rule (default 15 minutes, Kafka's
                 ``transaction.max.timeout.ms``).
-            topics: Whose partitions to ask DescribeProducers about (default: every topic).
+            topics: Only transactions in these topics' partitions (default: every topic).
 
         Raises:
             UnsupportedVersionError: a broker lacks ListTransactions, DescribeTransactions or
@@ -370,8 +374,20 @@ class Admin:
         deadline = self._deadline(timeout)
         names = None if topics is None else _names(topics)
         listed = self.list_transactions(timeout=_left(deadline))
-        open_ids = [t.transactional_id for t in listed if t.state in OPEN_STATES]
-        described = self.describe_transactions(open_ids, timeout=_left(deadline))
+        described = []
+        for txn in listed:
+            if txn.state not in OPEN_STATES:
+                continue
+            try:
+                described.append(self._retrying("DescribeTransactions", deadline,
+                                                functools.partial(self._describe_one,
+                                                                  txn.transactional_id,
+                                                                  deadline)))
+            except EosError as exc:
+                if exc.code != _TRANSACTIONAL_ID_NOT_FOUND:
+                    raise  # else it ended (and expired) since it was listed
+        if names is not None:  # only transactions in these topics
+            described = [d for d in described if any(tp.topic in names for tp in d.partitions)]
         descriptions = self.describe_topics(names if names is not None else
                                             self.list_topics(timeout=_left(deadline)),
                                             timeout=_left(deadline))
@@ -420,7 +436,7 @@ class Admin:
 
         def attempt() -> None:
             node = self._coordinator(txn_id, wire.TRANSACTION, deadline)
-            request = wire.init_producer_id(txn_id, min(_ms_left(deadline), 900_000))
+            request = wire.init_producer_id(txn_id, _TERMINATE_TXN_TIMEOUT_MS)
             response = self._request(node, request, deadline, "InitProducerId")
             if not is_success(ApiKey.INIT_PRODUCER_ID, response.error_code):
                 raise error_for(ApiKey.INIT_PRODUCER_ID, response.error_code,

@@ -151,8 +151,14 @@ def kip664(broker: RunningBroker, admin: Admin, topic_name: str,
     admin.create_topic(topic_name, 2)
     txn_id = unique_name("t")
     producer = hang(broker, topic_name, txn_id)
+    # Another transaction left open, elsewhere: --topic must keep it out (it used to be in).
+    other_topic, other_id = unique_name("other"), unique_name("t")
+    admin.create_topic(other_topic, 2)
+    other = hang(broker, other_topic, other_id)
     tp = TopicPartition(topic_name, 0)
     try:
+        everywhere = admin.find_hanging_transactions(max_open_ms=0)
+        assert {txn_id, other_id} <= {h.transactional_id for h in everywhere}
         listed = {t.transactional_id: t for t in admin.list_transactions()}
         assert listed[txn_id].state == "Ongoing"
         assert [t.transactional_id for t in admin.list_transactions(states=["Ongoing"])
@@ -173,6 +179,8 @@ def kip664(broker: RunningBroker, admin: Admin, topic_name: str,
         assert after.state != "Ongoing" and after.producer_epoch == described.producer_epoch + 1
     finally:
         producer.close()
+        other.abort_transaction(15)
+        other.close()
 
 
 def test_unsupported_apis_fail_at_once_naming_the_api(broker: RunningBroker, admin: Admin,
