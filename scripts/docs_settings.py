@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from eosclient.config import ClientConfig, ConsumerConfig, ProducerConfig
+from eosclient.config import AdminConfig, ClientConfig, ConsumerConfig, ProducerConfig
 
 _INTRO = """\
 # Settings reference
@@ -28,6 +28,7 @@ _SECTIONS: tuple[tuple[str, type[ClientConfig], str], ...] = (
      "`TransactionalProducer`, `ReadCommittedConsumer` (and the processor's two clients)."),
     ("TransactionalProducer", ProducerConfig, "`ProducerConfig`, besides the settings above."),
     ("ReadCommittedConsumer", ConsumerConfig, "`ConsumerConfig`, besides the settings above."),
+    ("Admin", AdminConfig, "`AdminConfig`, besides the settings above."),
 )
 
 

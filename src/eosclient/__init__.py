@@ -10,9 +10,11 @@ __version__ = "0.1.0.dev0"
 
 import logging
 
+import eosclient._kafka  # noqa: F401  (first: kafka-python without its import-time warnings)
 from eosclient._core.types import TopicPartition
 from eosclient._producer.results import RecordMetadata
-from eosclient.config import ClientConfig, ConsumerConfig, ProducerConfig
+from eosclient.admin import Admin
+from eosclient.config import AdminConfig, ClientConfig, ConsumerConfig, ProducerConfig
 from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer, TopicMetadata
 from eosclient.errors import (
     AbortableError,
@@ -48,6 +50,8 @@ from eosclient.stats import ClientStats, RequestStats
 
 __all__ = [
     "AbortableError",
+    "Admin",
+    "AdminConfig",
     "AuthenticationError",
     "ClientConfig",
     "ClientStats",

@@ -1,6 +1,9 @@
-"""The ``eosclient`` command line.
+"""The ``eosclient`` command line (docs/cli.md is the user's guide).
 
-Subcommands:
+``eosclient topics|produce|consume|groups|txn`` live in :mod:`eosclient._cli`, one module per
+command group, with what every command shares (connection options, exit codes, one-line
+errors) in ``eosclient._cli.common``; ``eosclient --version`` prints the version. The rest are
+here:
 
 ``eosclient broker --kind {noida,tansu} [--port N] [--data-dir DIR] [--log-dir DIR]``
     Run one broker in the foreground on 127.0.0.1 until Ctrl-C or SIGTERM (needs the ``broker``
@@ -29,7 +32,6 @@ taking the parsed arguments and returning the exit status.
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 import threading
@@ -39,6 +41,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Final
 
+from eosclient import __version__
+from eosclient._cli import consume, groups, produce, topics, txn
+from eosclient._cli.common import LOG_LEVELS as _LOG_LEVELS
+from eosclient._cli.common import at_least as _at_least
+from eosclient._cli.common import config_file as _config_file
+from eosclient._cli.common import explain as _explain
+from eosclient._cli.common import log_to_stderr as _log_to_stderr
+from eosclient._cli.common import properties as _properties
+from eosclient._cli.common import seconds as _seconds
 from eosclient.errors import ConfigError, EosError
 from eosclient.processor import ExactlyOnceProcessor
 from eosclient.testing.brokers import BROKER_KINDS, BrokerError, RunningBroker, start_broker
@@ -49,14 +60,21 @@ __all__ = ["main"]
 _Handler = Callable[[argparse.Namespace], int]
 _STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _WATCH_INTERVAL: Final = 0.2
-_LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line and return its exit status."""
-    parser = argparse.ArgumentParser(prog="eosclient", description="Exactly-once Kafka tools.")
+    parser = argparse.ArgumentParser(prog="eosclient", description="Exactly-once Kafka tools.",
+                                     epilog="Exit codes: 0 done, 1 failed, 2 usage error, 3 not "
+                                     "supported by the broker, 130 interrupted.")
+    parser.add_argument("--version", action="version", version=f"eosclient {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_broker_command(subparsers)
+    topics.add_command(subparsers)
+    produce.add_command(subparsers)
+    consume.add_command(subparsers)
+    groups.add_command(subparsers)
+    txn.add_command(subparsers)
     add_verify_command(subparsers)
     add_copy_command(subparsers)
     add_demo_command(subparsers)
@@ -205,81 +223,6 @@ def _copy(args: argparse.Namespace) -> int:
     return 0
 
 
-def _seconds(text: str) -> float:
-    """An argparse type: a positive, finite number of seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
-
-
-def _explain(exc: BaseException) -> str:
-    """``Kind: message``, then each cause the same way: the root cause is often the answer
-    (a timeout caused by a refused connection, say)."""
-    parts, seen = [], set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        parts.append(f"{type(current).__name__}: {current}")
-        current = current.__cause__
-    return "; caused by ".join(parts)
-
-
-def _properties(items: list[str]) -> dict[str, object]:
-    """``KEY=VALUE`` strings as a config dict (integers as int, ``KEY=`` as None: unset; the
-    config checks the rest).
-
-    Raises:
-        ValueError: an item without ``=``.
-    """
-    found: dict[str, object] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"expected KEY=VALUE, got {item!r}")
-        key, value = key.strip(), value.strip()
-        # Every ssl.*/sasl.* setting is text: a password of digits stays one.
-        text = key.startswith(("ssl.", "sasl."))
-        found[key] = (int(value) if value.lstrip("-").isdigit() and not text
-                      else value or None)
-    return found
-
-
-def _config_file(path: Path) -> dict[str, object]:
-    """The ``KEY=VALUE`` lines of a properties file (blank lines and ``#``/``!`` comments
-    skipped), as :func:`_properties` reads them.
-
-    Raises:
-        ValueError: the file cannot be read, or a line is not ``KEY=VALUE``.
-    """
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ValueError(f"cannot read --config-file {str(path)!r}: {exc.strerror}") from None
-    kept = [line.strip() for line in lines]
-    return _properties([line for line in kept if line and line[0] not in "#!"])
-
-
-@contextmanager
-def _log_to_stderr(level: str) -> Iterator[None]:
-    """Send the ``eosclient`` loggers' lines from ``level`` on to stderr, one line each, until
-    the block ends (``main()`` may run in-process, as in tests: nothing is left behind)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logger = logging.getLogger("eosclient")
-    previous = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(level.upper())
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(previous)
-
-
 def _report(processor: ExactlyOnceProcessor, stop: threading.Event, interval: float) -> None:
     while not stop.wait(interval):
         print(processor.stats, flush=True)
@@ -321,16 +264,6 @@ def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
                         help="seconds the whole run may take (300)")
     parser.add_argument("--quiet", action="store_true", help="print the report only")
     parser.set_defaults(handler=_run_demo)
-
-
-def _at_least(least: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < least:
-            raise argparse.ArgumentTypeError(f"must be at least {least:,}, not {value:,}")
-        return value
-
-    return parse
 
 
 def _run_demo(args: argparse.Namespace) -> int:

@@ -39,7 +39,8 @@ from eosclient._core.partitioner import Partitioner, default_partitioner
 from eosclient._core.records import Deserializer, Serializer, compression_for
 from eosclient.errors import ConfigError
 
-__all__ = ["ClientConfig", "ConsumerConfig", "ProducerConfig", "Secret", "build", "setting"]
+__all__ = ["AdminConfig", "ClientConfig", "ConsumerConfig", "ProducerConfig", "Secret", "build",
+           "setting"]
 
 Check = Callable[[object, str], object]
 """Validates a value given under a key (as spelled); returns it normalised or raises."""
@@ -568,6 +569,19 @@ class ConsumerConfig(ClientConfig):
         if self.fetch_max_wait_ms >= self.request_timeout_ms:
             raise ConfigError(f"must be below request.timeout.ms ({self.request_timeout_ms}), "
                               f"got {self.fetch_max_wait_ms}", key="fetch.max.wait.ms")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AdminConfig(ClientConfig):
+    """The admin client's settings (:class:`~eosclient.Admin`).
+
+    Raises:
+        ConfigError: a setting is of the wrong type or out of range (``.key`` names it).
+    """
+
+    default_api_timeout_ms: int = field(default=60_000, metadata=setting(
+        "default.api.timeout.ms", integer(0),
+        "the default timeout of each Admin call, all its requests and retries together"))
 
 
 def build(cls: type[_C], given: Mapping[str, object], config: Mapping[str, object] | None) -> _C:

@@ -24,10 +24,17 @@ FORBIDDEN: dict[str, tuple[set[str], set[str]]] = {
     "_producer": ({"eosclient.consumer", "eosclient.processor", "eosclient.testing"}, set()),
     "_consumer": ({"eosclient.producer", "eosclient._producer", "eosclient.consumer",
                    "eosclient.group", "eosclient.processor", "eosclient.testing"}, set()),
+    # The admin's insides sit beside the consumer's: no client facade, no CLI, no testing kit.
+    "_admin": ({"eosclient.producer", "eosclient.consumer", "eosclient.processor",
+                "eosclient.admin", "eosclient.cli", "eosclient._cli", "eosclient.testing"},
+               set()),
+    # The shell commands use the public clients, never the testing kit (brokers are cli.py's).
+    "_cli": ({"eosclient.testing", "eosclient._demo"}, set()),
     # The Spark sink sits on the public clients; nothing below it may import it (or pyspark).
     "spark": ({"eosclient.testing", "eosclient.cli", "eosclient.processor"}, set()),
 }
-_SPARK_FREE = ("_core", "_protocol", "_net", "_producer", "_consumer", "_processor")
+_SPARK_FREE = ("_core", "_protocol", "_net", "_producer", "_consumer", "_processor", "_admin",
+               "_cli")
 
 
 def _imports(path: Path) -> set[str]:

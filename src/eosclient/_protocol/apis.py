@@ -83,6 +83,8 @@ APIS: dict[ApiKey, Api] = {
         _row(ApiKey.DESCRIBE_PRODUCERS, _admin, "DescribeProducers"),
         _row(ApiKey.DESCRIBE_TRANSACTIONS, _admin, "DescribeTransactions"),
         _row(ApiKey.LIST_TRANSACTIONS, _admin, "ListTransactions"),
+        _row(ApiKey.WRITE_TXN_MARKERS, _producer, "WriteTxnMarkers",
+             why="sent by the admin to abort a hanging transaction (KIP-664)"),
     )
 }
 

@@ -45,7 +45,7 @@ from typing import Any, Final, Self
 __all__ = ["LibrdkafkaNotFound", "MockCluster", "MockClusterError", "find_librdkafka"]
 
 _INSTALL_HINT: Final = (
-    'librdkafka\'s mock cluster needs confluent-kafka: pip install "eosclient[test]" '
+    'librdkafka\'s mock cluster needs confluent-kafka: pip install "eosclient[testing]" '
     "(or pip install confluent-kafka)"
 )
 
