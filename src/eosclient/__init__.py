@@ -8,6 +8,7 @@ from __future__ import annotations
 # Before the imports: eosclient._protocol reads it while this package is being imported.
 __version__ = "0.1.0.dev0"
 
+from eosclient._core import _accel
 from eosclient._core.types import TopicPartition
 from eosclient._producer.results import RecordMetadata
 from eosclient.config import ClientConfig, ConsumerConfig, ProducerConfig
@@ -41,6 +42,11 @@ from eosclient.errors import (
 from eosclient.group_metadata import ConsumerGroupMetadata
 from eosclient.processor import ExactlyOnceProcessor, OutputRecord, ProcessorStats
 from eosclient.producer import TransactionalProducer
+
+accelerated: bool = all(_accel.compiled().values())
+"""Whether the record codec (decode, encode, CRC framing, varints, murmur2) runs compiled: True
+when the package was installed where a C compiler was present, and ``EOSCLIENT_PURE_PYTHON=1``
+is not set. The pure-Python build does the same, slower."""
 
 __all__ = [
     "AbortableError",
@@ -81,4 +87,5 @@ __all__ = [
     "UnsupportedVersionError",
     "UsageError",
     "__version__",
+    "accelerated",
 ]

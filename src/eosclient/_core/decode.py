@@ -306,7 +306,7 @@ class DecodedBatches(NamedTuple):
     partial_size: int = 0
 
 
-def decode_batches(data: bytes | None, tp: TopicPartition,
+def decode_batches(data: bytes | bytearray | memoryview | None, tp: TopicPartition,
                    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> DecodedBatches:
     """Split a Fetch partition's ``records`` bytes into checked record batches.
 
