@@ -12,7 +12,12 @@ from eosclient._core import _accel
 from eosclient._core.types import TopicPartition
 from eosclient._producer.results import RecordMetadata
 from eosclient.config import ClientConfig, ConsumerConfig, ProducerConfig
-from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer, TopicMetadata
+from eosclient.consumer import (
+    ConsumerRecord,
+    ReadCommittedConsumer,
+    RecordColumns,
+    TopicMetadata,
+)
 from eosclient.errors import (
     AbortableError,
     AuthenticationError,
@@ -73,6 +78,7 @@ __all__ = [
     "ProducerConfig",
     "ProtocolError",
     "ReadCommittedConsumer",
+    "RecordColumns",
     "RecordMetadata",
     "RecordTooLargeError",
     "RecordTypeError",

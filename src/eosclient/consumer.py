@@ -27,8 +27,8 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple, TypeVar
 
 from eosclient._consumer import args
 from eosclient._consumer.fetcher import Fetcher
@@ -42,6 +42,7 @@ from eosclient._consumer.partitions import (
     PartitionState,
     missing,
 )
+from eosclient._core.decode import RecordColumns
 from eosclient._core.isolation import Isolation
 from eosclient._core.types import TopicPartition
 from eosclient._net.client import NetworkClient
@@ -59,11 +60,13 @@ from eosclient.errors import (
 from eosclient.group import GroupCoordinator, RebalanceCallback
 from eosclient.group_metadata import ConsumerGroupMetadata
 
-__all__ = ["ConsumerRecord", "ReadCommittedConsumer", "TopicMetadata"]
+__all__ = ["ConsumerRecord", "ReadCommittedConsumer", "RecordColumns", "TopicMetadata"]
 
 log = logging.getLogger("eosclient.consumer")
 
 _LEAVE_WAIT = 5.0  # seconds close() waits for LeaveGroup at most
+
+_Out = TypeVar("_Out", list[ConsumerRecord], dict[TopicPartition, RecordColumns])
 
 
 class TopicMetadata(NamedTuple):
@@ -247,6 +250,22 @@ class ReadCommittedConsumer:
             IllegalStateError: the consumer is closed.
             Whatever a rebalance callback raised, after the rebalance step was done.
         """
+        return self._poll(timeout, max_records, self._assignment.drain, [])
+
+    def poll_batch(self, timeout: float = 1.0, max_records: int | None = None,
+                   ) -> dict[TopicPartition, RecordColumns]:
+        """:meth:`poll`'s records as columns, one :class:`RecordColumns` per partition that has
+        any: lists of offsets, keys, values, timestamps and headers, with no object per record
+        (``RecordColumns.to_arrow()`` makes a ``pyarrow.RecordBatch``).
+
+        Positions move exactly as with :meth:`poll` (the records returned count as delivered;
+        ``next_offset`` of a partition's columns is what to commit after them), and the two
+        may be mixed. Returns an empty dict when ``timeout`` passes. Raises as :meth:`poll`.
+        """
+        return self._poll(timeout, max_records, self._assignment.drain_columns, {})
+
+    def _poll(self, timeout: float, max_records: int | None,
+              drain: Callable[[int], tuple[_Out, list[Followup]]], empty: _Out) -> _Out:
         seconds = args.timeout_of(timeout, 0)
         limit = args.max_records_of(max_records, self.config.max_poll_records)
         deadline = time.monotonic() + seconds
@@ -255,7 +274,7 @@ class ReadCommittedConsumer:
                 self._rebalance()
                 with self._lock:
                     fed = self._take_in()
-                records, followups = self._assignment.drain(limit)  # decoding: no lock held
+                records, followups = drain(limit)  # decoding: no lock held
                 with self._lock:
                     error = self._settle(followups, fed)
                     if records:
@@ -266,7 +285,7 @@ class ReadCommittedConsumer:
                         continue
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        return records
+                        return empty
                     self._changed.wait(remaining)
 
     # -- positions ------------------------------------------------------------------------------
