@@ -6,6 +6,7 @@ and ``EOSCLIENT_PURE_PYTHON``."""
 from __future__ import annotations
 
 import os
+import pickle
 import struct
 import subprocess
 import sys
@@ -182,3 +183,17 @@ def test_the_environment_variable_forces_the_pure_build() -> None:
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, _accel.ENV: "1"},
                          capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "[False,", "False,", "False]"]
+
+
+def test_record_columns_pickle_alike_in_both_builds() -> None:
+    # Spark and multiprocessing pickle them: the compiled class used to refuse.
+    for module in (decode, pure(decode)):
+        columns = module.RecordColumns("t", 1, [3, 4], [None, b"k"], [b"a", None], [5, 6],
+                                       [(), (("h", b"v"),)])
+        back = pickle.loads(pickle.dumps(columns))
+        assert type(back) is type(columns)
+        assert [getattr(back, f) for f in FIELDS] == [getattr(columns, f) for f in FIELDS]
+        assert back.records() == columns.records()
+
+
+FIELDS = ("topic", "partition", "offsets", "keys", "values", "timestamps", "headers")

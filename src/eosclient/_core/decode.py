@@ -112,14 +112,22 @@ class RecordColumns:
 
     __slots__ = ("headers", "keys", "offsets", "partition", "timestamps", "topic", "values")
 
-    def __init__(self, topic: str, partition: int) -> None:
+    def __init__(self, topic: str, partition: int,  # noqa: PLR0917 - the fields, in order
+                 offsets: list[int] | None = None, keys: list[bytes | None] | None = None,
+                 values: list[bytes | None] | None = None, timestamps: list[int] | None = None,
+                 headers: list[tuple[Header, ...]] | None = None) -> None:
         self.topic = topic
         self.partition = partition
-        self.offsets: list[int] = []
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.timestamps: list[int] = []
-        self.headers: list[tuple[Header, ...]] = []
+        self.offsets: list[int] = [] if offsets is None else offsets
+        self.keys: list[bytes | None] = [] if keys is None else keys
+        self.values: list[bytes | None] = [] if values is None else values
+        self.timestamps: list[int] = [] if timestamps is None else timestamps
+        self.headers: list[tuple[Header, ...]] = [] if headers is None else headers
+
+    def __reduce__(self) -> tuple[type[RecordColumns], tuple[Any, ...]]:
+        # Pickled by its fields, alike in both builds (a compiled class has no default way).
+        return RecordColumns, (self.topic, self.partition, self.offsets, self.keys, self.values,
+                               self.timestamps, self.headers)
 
     def __len__(self) -> int:
         return len(self.offsets)
