@@ -9,8 +9,10 @@ Method
 transactional producer; every other transaction is aborted. Each client reads the whole topic
 read_committed from offset 0 with ``assign()`` (no group), 500 records per poll, until it holds
 every committed record; records/s = committed records / seconds from the first poll to the last
-record. The clients: eosclient ``poll()``, confluent-kafka ``consume(500)``, kafka-python
-``poll(max_records=500)``. Afterwards (untimed) every client's records are checked: exactly the
+record. The clients: eosclient ``poll()`` and ``poll_batch()`` (columns: the values taken as
+lists), confluent-kafka ``consume(500)``, kafka-python ``poll(max_records=500)``. Whether
+eosclient's codec runs compiled or pure Python is printed (``EOSCLIENT_PURE_PYTHON=1`` forces
+pure). Afterwards (untimed) every client's records are checked: exactly the
 committed set, no aborted record, none twice. Runs are interleaved over ``--repeat``.
 With ``--tls`` every reader goes through one TLS front (`KafkaProxy` with a throwaway CA's
 certificate, in a process of its own) with the same settings: ``security.protocol=SSL``,
@@ -114,6 +116,21 @@ def read_eosclient(servers: str, topic: str, expected: int,
     return got, elapsed
 
 
+def read_eosclient_batch(servers: str, topic: str, expected: int,
+                         tls: _harness.Tls | None = None) -> tuple[list[bytes], float]:
+    consumer = ReadCommittedConsumer(servers, config={"auto.offset.reset": "earliest",
+                                                      **(tls.settings if tls else {})})
+    consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    got: list[Any] = []
+    start = time.perf_counter()
+    while len(got) < expected:
+        for columns in consumer.poll_batch(5.0, max_records=POLL_RECORDS).values():
+            got += columns.values
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return got, elapsed
+
+
 def read_confluent(servers: str, topic: str, expected: int,
                    tls: _harness.Tls | None = None) -> tuple[list[bytes], float]:
     consumer = ck.Consumer({"bootstrap.servers": servers, "group.id": f"{topic}-ck",
@@ -146,6 +163,7 @@ def read_kafka_python(servers: str, topic: str, expected: int,
 
 
 READERS: Final = (("eos", "eosclient", "eosclient poll()", read_eosclient),
+                  ("eosb", "eosclient", "eosclient poll_batch()", read_eosclient_batch),
                   ("ck", "confluent-kafka", "confluent-kafka consume(500)", read_confluent),
                   ("kp", "kafka-python", "kafka-python poll(max_records=500)", read_kafka_python))
 
@@ -305,7 +323,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(results: dict[str, Any], ratios: list[report.Ratio], args: argparse.Namespace) -> str:
-    versions = {"eosclient": eosclient.__version__,
+    versions = {"eosclient": eosclient.__version__
+                + (" (compiled codec)" if eosclient.accelerated else " (pure-Python codec)"),
                 "confluent-kafka": importlib.metadata.version("confluent-kafka"),
                 "kafka-python": kafka.__version__,
                 "noida-db": importlib.metadata.version("noida-db")}
@@ -354,6 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     results = run(args)
     specs = [report.RatioSpec("throughput", "eos", "ck", 1.0),
+             report.RatioSpec("throughput", "eosb", "ck", 3.0),
              report.RatioSpec("throughput", "eos", "kp")]
     ratios = report.compute_ratios(results["outcomes"], specs, {})
     print(render(results, ratios, args))

@@ -11,11 +11,17 @@ __version__ = "0.1.0.dev0"
 import logging
 
 import eosclient._kafka  # noqa: F401  (first: kafka-python without its import-time warnings)
+from eosclient._core import _accel
 from eosclient._core.types import TopicPartition
 from eosclient._producer.results import RecordMetadata
 from eosclient.admin import Admin
 from eosclient.config import AdminConfig, ClientConfig, ConsumerConfig, ProducerConfig
-from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer, TopicMetadata
+from eosclient.consumer import (
+    ConsumerRecord,
+    ReadCommittedConsumer,
+    RecordColumns,
+    TopicMetadata,
+)
 from eosclient.errors import (
     AbortableError,
     AuthenticationError,
@@ -48,6 +54,11 @@ from eosclient.processor import ExactlyOnceProcessor, OutputRecord, ProcessorSta
 from eosclient.producer import TransactionalProducer
 from eosclient.stats import ClientStats, RequestStats
 
+accelerated: bool = all(_accel.compiled().values())
+"""Whether the record codec (decode, encode, CRC framing, varints, murmur2) runs compiled: True
+when the package was installed where a C compiler was present, and ``EOSCLIENT_PURE_PYTHON=1``
+is not set. The pure-Python build does the same, slower."""
+
 __all__ = [
     "AbortableError",
     "Admin",
@@ -77,6 +88,7 @@ __all__ = [
     "ProducerConfig",
     "ProtocolError",
     "ReadCommittedConsumer",
+    "RecordColumns",
     "RecordMetadata",
     "RecordTooLargeError",
     "RecordTypeError",
@@ -92,6 +104,7 @@ __all__ = [
     "UnsupportedVersionError",
     "UsageError",
     "__version__",
+    "accelerated",
 ]
 
 # A library logs, the application decides where to: without a handler of its own, eosclient's

@@ -28,8 +28,8 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import NamedTuple, TypeVar
 
 from eosclient._consumer import args
 from eosclient._consumer.deserialize import deserialize
@@ -44,6 +44,7 @@ from eosclient._consumer.partitions import (
     PartitionState,
     missing,
 )
+from eosclient._core.decode import RecordColumns
 from eosclient._core.isolation import Isolation
 from eosclient._core.records import Deserializer
 from eosclient._core.types import TopicPartition
@@ -64,11 +65,13 @@ from eosclient.group import GroupCoordinator, RebalanceCallback
 from eosclient.group_metadata import ConsumerGroupMetadata
 from eosclient.stats import ClientStats
 
-__all__ = ["ConsumerRecord", "ReadCommittedConsumer", "TopicMetadata"]
+__all__ = ["ConsumerRecord", "ReadCommittedConsumer", "RecordColumns", "TopicMetadata"]
 
 log = logging.getLogger("eosclient.consumer")
 
 _LEAVE_WAIT = 5.0  # seconds close() waits for LeaveGroup at most
+
+_Out = TypeVar("_Out", list[ConsumerRecord], dict[TopicPartition, RecordColumns])
 
 
 class TopicMetadata(NamedTuple):
@@ -287,6 +290,24 @@ class ReadCommittedConsumer:
             FatalError: the group failed (e.g. INCONSISTENT_GROUP_PROTOCOL), or a bug.
             Exception: whatever a rebalance callback raised, after the rebalance step was done.
         """
+        return self._poll(timeout, max_records, self._assignment.drain, [])
+
+    def poll_batch(self, timeout: float = 1.0, max_records: int | None = None,
+                   ) -> dict[TopicPartition, RecordColumns]:
+        """:meth:`poll`'s records as columns, one :class:`RecordColumns` per partition that has
+        any: lists of offsets, keys, values, timestamps and headers, with no object per record
+        (``RecordColumns.to_arrow()`` makes a ``pyarrow.RecordBatch``).
+
+        Positions move exactly as with :meth:`poll` (the records returned count as delivered;
+        ``next_offset`` of a partition's columns is what to commit after them), and the two
+        may be mixed. Returns an empty dict when ``timeout`` passes. Raises as :meth:`poll`.
+        The columns hold keys and values as stored: ``key_deserializer`` and
+        ``value_deserializer`` apply to :meth:`poll`'s records only.
+        """
+        return self._poll(timeout, max_records, self._assignment.drain_columns, {})
+
+    def _poll(self, timeout: float, max_records: int | None,
+              drain: Callable[[int], tuple[_Out, list[Followup]]], empty: _Out) -> _Out:
         seconds = args.timeout_of(timeout, 0)
         limit = args.max_records_of(max_records, self.config.max_poll_records)
         if self._mode is _Mode.UNSET and not self._closed:
@@ -298,10 +319,11 @@ class ReadCommittedConsumer:
                 self._rebalance()
                 with self._lock:
                     fed = self._take_in()
-                records, followups = self._assignment.drain(limit)  # decoding: no lock held
+                records, followups = drain(limit)  # decoding: no lock held
                 cfg = self.config
                 done = None  # the application's deserializers: on its thread, no lock held
-                if records and (cfg.key_deserializer or cfg.value_deserializer):
+                if isinstance(records, list) and records and (cfg.key_deserializer
+                                                              or cfg.value_deserializer):
                     done = deserialize(records, cfg.key_deserializer, cfg.value_deserializer)
                     records = done.records
                 with self._lock:
@@ -310,7 +332,8 @@ class ReadCommittedConsumer:
                         self._rewind(done.rewind)
                         error = error or done.error
                     if records:
-                        self._delivered += len(records)
+                        self._delivered += (len(records) if isinstance(records, list) else
+                                            sum(len(c.offsets) for c in records.values()))
                         return records
                     if error is not None:
                         raise error.with_traceback(None)
@@ -318,7 +341,7 @@ class ReadCommittedConsumer:
                         continue
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        return records
+                        return empty
                     self._changed.wait(remaining)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:

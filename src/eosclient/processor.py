@@ -90,7 +90,7 @@ from eosclient._core.types import TopicPartition
 from eosclient._net.backoff import Backoff
 from eosclient._processor.stats import ProcessorStats, StatsCounter
 from eosclient._processor.visible import await_committed
-from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer
+from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer, RecordColumns
 from eosclient.errors import AbortableError, EosError, KafkaTimeoutError
 from eosclient.producer import TransactionalProducer
 
@@ -333,33 +333,47 @@ class ExactlyOnceProcessor:
         if self._rewind:
             self._rewind_to_committed()
         wait = 0.1 if self._txn is None else max(0.0, min(0.1, self._txn.due - time.monotonic()))
-        records = consumer.poll(wait, max_records=budget)
-        if records:
+        batch = consumer.poll_batch(wait, max_records=budget)  # columns: no object per record
+        count = sum(map(len, batch.values()))
+        if count:
             if self._txn is None:  # none open, or on_revoke committed it inside poll()
                 self._begin()
-            self._process(records)
+            self._process(batch, count)
         txn = self._txn
         if txn is not None and (txn.records_in >= self._max_records or time.monotonic() >= txn.due
-                                or budget <= len(records)):
+                                or budget <= count):
             self._commit()
-        return bool(records)
+        return bool(count)
 
     def _begin(self) -> None:
         self._need(self._producer).begin_transaction(self._declared, self.group_id)
         self._txn = _Txn(self._interval)
 
-    def _process(self, records: list[ConsumerRecord]) -> None:
+    def _process(self, batch: dict[TopicPartition, RecordColumns], count: int) -> None:
         txn = self._need(self._txn)
         if self._batch_fn is not None:
-            for output in self._batch_fn(records):
+            for output in self._batch_fn([r for c in batch.values() for r in c.records()]):
                 self._send(output, None)
+        elif self._fn is not None:
+            for columns in batch.values():
+                for record in columns.records():
+                    for output in self._fn(record):
+                        self._send(output, record)
         else:
-            for record in records:
-                for output in (self._fn(record) if self._fn else [(record.key, record.value)]):
-                    self._send(output, record)
-        for record in records:
-            txn.offsets[TopicPartition(record.topic, record.partition)] = record.offset + 1
-        txn.records_in += len(records)
+            for columns in batch.values():
+                self._copy(columns)
+        for tp, columns in batch.items():
+            txn.offsets[tp] = columns.next_offset
+        txn.records_in += count
+
+    def _copy(self, columns: RecordColumns) -> None:
+        """The default transform (key and value as they are), straight from the columns: what
+        :meth:`_send` does for each record, without a record or output object."""
+        send, topic, txn = self._need(self._producer).send, self.output_topic, self._need(self._txn)
+        source = f"{columns.topic}/{columns.partition}/"
+        for key, value, offset in zip(columns.keys, columns.values, columns.offsets, strict=True):
+            send(topic, value, key, headers=[(SOURCE_HEADER, f"{source}{offset}".encode())])
+            txn.records_out += 1
 
     def _send(self, output: Output, record: ConsumerRecord | None) -> None:
         out = output if isinstance(output, OutputRecord) else OutputRecord(output[1], output[0])

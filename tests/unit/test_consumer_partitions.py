@@ -11,6 +11,8 @@ import struct
 from typing import Any, NamedTuple
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.util import calc_crc32c
 
@@ -327,3 +329,98 @@ def test_missing_names_an_unknown_topic_or_partition() -> None:
     assert isinstance(error, RetriableError) and error.code == 3 and "'gone'" in str(error)
     error = missing([TP("t", 2)], m)
     assert error is not None and "no partition 2" in str(error)
+
+
+# -- poll_batch(): the same records and positions as columns -----------------------------------
+
+
+def _answers() -> list[Data]:
+    """Plain data, a transaction held until its marker, an aborted one, then more plain data."""
+    return [Data(raw(0, 3) + raw(3, 4, pid=7) + raw(7, 2)),
+            Data(raw(9, 1, pid=7, marker=1) + raw(10, 3, pid=8) + raw(13, 1, pid=8, marker=0)),
+            Data(raw(14, 5))]
+
+
+def _step(a: Assignment, columns: bool, limit: int) -> list[tuple[int, int, bytes | None]]:
+    """One poll() or poll_batch(): (partition, offset, value) of what it delivered."""
+    if not columns:
+        records, followups = a.drain(limit)
+        a.settle(followups)
+        return [(r.partition, r.offset, r.value) for r in records]
+    by_partition, followups = a.drain_columns(limit)
+    a.settle(followups)
+    assert all(len(c) for c in by_partition.values())  # partitions without records left out
+    return [(tp.partition, o, v) for tp, c in by_partition.items()
+            for o, v in zip(c.offsets, c.values, strict=True)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 6)), min_size=1, max_size=30))
+def test_columns_deliver_the_same_records_and_positions_as_records(
+        steps: list[tuple[bool, int]]) -> None:
+    runs = []
+    for mixed in (False, True):
+        a = assignment("earliest", A, B)
+        answers = {tp: _answers() for tp in (A, B)}
+        seen: list[tuple[int, int, bytes | None]] = []
+        positions = []
+        for columns, limit in steps:
+            for tp, queue in answers.items():
+                if queue and not a.states[tp].ready.has_records:
+                    give(a, tp, queue.pop(0))
+            got = _step(a, columns and mixed, limit)
+            assert len(got) <= limit
+            seen += got
+            positions.append((a.states[A].position, a.states[B].position))
+            for tp in (A, B):  # the position never passes a record not yet delivered
+                delivered = [o for p, o, _ in seen if p == tp.partition]
+                assert a.states[tp].position > max(delivered, default=-1)
+        runs.append((seen, positions))
+    assert runs[0] == runs[1]
+    assert all(v == str(o).encode() for _, o, v in runs[1][0])
+    assert not {o for _, o, _ in runs[1][0]} & {10, 11, 12}  # pid 8 aborted
+
+
+def test_columns_carry_every_field_and_convert_to_records_and_arrow() -> None:
+    a = assignment()
+    give(a, A, Data(raw(5, 3)))
+    by_partition, _ = a.drain_columns(10)
+    [(tp, cols)] = by_partition.items()
+    assert tp == A and (cols.topic, cols.partition) == ("t", 0)
+    assert (cols.offsets, cols.keys, cols.values, cols.headers) == (
+        [5, 6, 7], [None] * 3, [b"5", b"6", b"7"], [()] * 3)
+    assert cols.next_offset == 8 == a.states[A].position
+    assert [tuple(r) for r in cols.records()] == [
+        ("t", 0, o, None, str(o).encode(), (), t) for o, t in zip(cols.offsets, cols.timestamps,
+                                                                 strict=True)]
+    table = cols.to_arrow()
+    assert table.column_names == ["offset", "key", "value", "timestamp", "headers"]
+    assert table.column("offset").to_pylist() == [5, 6, 7]
+    assert table.column("value").to_pylist() == [b"5", b"6", b"7"]
+    assert table.column("headers").to_pylist() == [[], [], []]
+
+
+def test_a_corrupt_batch_fails_poll_batch_as_it_fails_poll() -> None:
+    a = assignment()
+    bad = bytearray(raw(2, 2))
+    bad[-1] ^= 0xFF
+    state = give(a, A, Data(raw(0, 2) + bytes(bad)))
+    cols, followups = a.drain_columns(100)
+    assert a.settle(followups) is not None and cols[A].offsets == [0, 1]
+    assert state.position == 2 and state.phase is Phase.FAILED
+    cols, followups = a.drain_columns(100)
+    assert not cols and isinstance(a.settle(followups), CorruptRecordError)
+
+
+def test_records_that_do_not_parse_under_a_good_crc_deliver_none_of_their_feed() -> None:
+    # The CRC matches (recomputed) but the last record's length lies: the filter seeks back
+    # and the records of that batch are not delivered, in either form.
+    for columns in (False, True):
+        a = assignment()
+        bad = bytearray(raw(2, 3))
+        bad[-8] ^= 0x40  # inside the last record: its fields no longer end where they should
+        struct.pack_into(">I", bad, 17, calc_crc32c(memoryview(bad)[21:]))
+        state = give(a, A, Data(raw(0, 2) + bytes(bad)))
+        got = _step(a, columns, 100)
+        assert [o for _, o, _ in got] == [0, 1] and state.position == 2, columns
+        assert isinstance(state.error, CorruptRecordError) and state.error.offset == 2

@@ -28,10 +28,11 @@ the previous one); the filter's held data is bounded by its own ``max_held_bytes
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, NamedTuple
 
 from eosclient._consumer.ready import ConsumerRecord, ReadyQueue
+from eosclient._core.decode import RecordColumns
 from eosclient._core.isolation import IndexTrust, Isolation, PartitionFilter
 from eosclient._core.types import TopicPartition
 from eosclient._net.metadata import Metadata
@@ -263,21 +264,49 @@ class Assignment:
         :meth:`settle` under the lock.
         """
         out: list[ConsumerRecord] = []
+
+        def take(state: PartitionState, room: int) -> tuple[int, bool, EosError | None]:
+            before = len(out)
+            rewound, error = state.ready.take(room, out)
+            return len(out) - before, rewound, error
+
+        return out, self._drain(limit, take)
+
+    def drain_columns(self, limit: int,
+                      ) -> tuple[dict[TopicPartition, RecordColumns], list[Followup]]:
+        """As :meth:`drain`, each partition's records as columns (partitions with none are
+        left out)."""
+        out: dict[TopicPartition, RecordColumns] = {}
+
+        def take(state: PartitionState, room: int) -> tuple[int, bool, EosError | None]:
+            columns = RecordColumns(*state.tp)
+            rewound, error = state.ready.take_columns(room, columns)
+            if columns.offsets:
+                out[state.tp] = columns
+            return len(columns), rewound, error
+
+        return out, self._drain(limit, take)
+
+    def _drain(self, limit: int,
+               take: Callable[[PartitionState, int], tuple[int, bool, EosError | None]],
+               ) -> list[Followup]:
         followups: list[Followup] = []
         states = list(self.states.values())
         bound = self.max_partition_bytes
+        taken = 0
         for i in range(len(states)):
             state = states[(self._turn + i) % len(states)]
             if state.paused:
                 continue
             full = state.ready.nbytes >= bound
-            rewound, error = state.ready.take(limit - len(out), out)
+            count, rewound, error = take(state, limit - taken)
+            taken += count
             if rewound or error is not None or (full and state.ready.nbytes < bound):
                 followups.append((state, rewound, error))  # (or: it may be fetched again)
-            if len(out) >= limit:
+            if taken >= limit:
                 self._turn = (self._turn + i) % len(states)  # the next drain resumes here
                 break
-        return out, followups
+        return followups
 
     def settle(self, followups: list[Followup]) -> EosError | None:
         """Apply :meth:`drain`'s follow-ups (under the lock; if there are any, the I/O thread

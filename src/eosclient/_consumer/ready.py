@@ -26,10 +26,16 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from eosclient._core.decode import ConsumerRecord, DecodedBatches, RecordBatch, decode_batches
+from eosclient._core.decode import (
+    ConsumerRecord,
+    DecodedBatches,
+    RecordBatch,
+    RecordColumns,
+    decode_batches,
+)
 from eosclient._core.isolation import IndexTrust, Isolation, PartitionFilter
 from eosclient._core.types import TopicPartition
 from eosclient._protocol.framing import DEFAULT_MAX_FRAME_SIZE
@@ -74,24 +80,24 @@ class ReadyQueue:
         self.next_fetch = filt.fetch_offset
         self.blocked = False  # a queued answer ends in an error: fetch nothing more before it
         self._answers: deque[_Answer] = deque()
-        self._records: list[ConsumerRecord] = []
+        self._released = RecordColumns(*tp)  # decoded, delivered up to row _pos
         self._pos = 0
 
     @property
     def position(self) -> int:
         """The offset of the next record to deliver."""
-        if self._pos < len(self._records):
-            return self._records[self._pos].offset
+        if self._pos < len(self._released):
+            return self._released.offsets[self._pos]
         return self.filter.position
 
     @property
     def has_records(self) -> bool:
         """Whether released records wait for delivery."""
-        return self._pos < len(self._records)
+        return self._pos < len(self._released)
 
     def clear(self) -> None:
         """Forget everything queued (a seek: the filter is sought by the caller)."""
-        self._records, self._pos = [], 0
+        self._released, self._pos = RecordColumns(*self.tp), 0
         self._drop_queued()
         self.restart()
 
@@ -160,11 +166,21 @@ class ReadyQueue:
             and drops any Fetch under way: :meth:`restart`), and the error of a failed answer
             reached (the records before it were moved first).
         """
+        return self._take(limit, lambda rows, start, stop: out.extend(rows.records(start, stop)))
+
+    def take_columns(self, limit: int, into: RecordColumns) -> tuple[bool, EosError | None]:
+        """Move up to ``limit`` records onto the end of ``into``'s columns (this partition's);
+        returns as :meth:`take`."""
+        return self._take(limit, into.extend)
+
+    def _take(self, limit: int, emit: Callable[[RecordColumns, int, int], object],
+              ) -> tuple[bool, EosError | None]:
         rewound = False
         while limit > 0:
-            if self._pos < len(self._records):
-                end = min(len(self._records), self._pos + limit)
-                out += self._records[self._pos:end]
+            released = self._released
+            if self._pos < len(released):
+                end = min(len(released), self._pos + limit)
+                emit(released, self._pos, end)
                 limit -= end - self._pos
                 self._pos = end
                 continue
@@ -177,7 +193,8 @@ class ReadyQueue:
         return rewound, None
 
     def feed_one(self) -> tuple[bool, EosError | None]:
-        """Feed the oldest queued batch to the filter; (rewound, error) as :meth:`take`."""
+        """Feed the oldest queued batch to the filter and decode what it releases; (rewound,
+        error) as :meth:`take`."""
         answer = self._answers[0]
         if not answer.batches:
             self._answers.popleft()
@@ -191,24 +208,24 @@ class ReadyQueue:
         filt = self.filter
         before, fetched = filt.position, filt.fetch_offset
         filt.trust = answer.trust
+        if self._pos:  # drop the rows delivered (nothing is fed while rows wait, but be safe)
+            rest = RecordColumns(*self.tp)
+            rest.extend(self._released, self._pos)
+            self._released, self._pos = rest, 0
+        waiting = len(self._released)
         try:
-            records = filt.feed((batch,), last_stable_offset=answer.lso,
-                                aborted_transactions=answer.index)
+            for released, start in filt.release((batch,), last_stable_offset=answer.lso,
+                                                aborted_transactions=answer.index):
+                released.columns(self._released, start)
         except EosError as exc:  # its records do not parse (its CRC matched)
             filt.seek(before)
+            self._released.truncate(waiting)  # none of this feed's records is delivered
             self._drop_queued()
             return True, exc
-        if records:
-            self._release(records)
         if filt.fetch_offset < fetched:  # the scan for markers is over: it rewound
             self._drop_queued()
             return True, None
         return False, None
-
-    def _release(self, records: list[ConsumerRecord]) -> None:
-        if self._pos < len(self._records):
-            records = self._records[self._pos:] + records
-        self._records, self._pos = records, 0
 
 
 def _decode(data: bytes, tp: TopicPartition, limit: int,

@@ -27,10 +27,12 @@ kafka-python's decoder and builder cross-check it in the tests.
 from __future__ import annotations
 
 import enum
+import importlib
 import struct
 import zlib
 from collections.abc import Callable
-from typing import Final, NamedTuple
+from itertools import repeat
+from typing import Any, Final, NamedTuple
 
 from kafka import codec as _codec
 from kafka.record.util import calc_crc32c
@@ -39,7 +41,8 @@ from eosclient._core.records import Header
 from eosclient._core.types import TopicPartition
 from eosclient.errors import CorruptRecordError, FatalError
 
-__all__ = ["ConsumerRecord", "ControlType", "DecodedBatches", "RecordBatch", "decode_batches"]
+__all__ = ["ConsumerRecord", "ControlType", "DecodedBatches", "RecordBatch", "RecordColumns",
+           "decode_batches"]
 
 # BaseOffset Length PartitionLeaderEpoch Magic CRC Attributes LastOffsetDelta FirstTimestamp
 # MaxTimestamp ProducerId ProducerEpoch BaseSequence RecordCount
@@ -88,6 +91,104 @@ class ConsumerRecord(NamedTuple):
     value: bytes | None
     headers: tuple[Header, ...]
     timestamp_ms: int
+
+
+class RecordColumns:
+    """One partition's records as columns: one list per field, row ``i`` being one record.
+
+    What ``poll_batch()`` delivers: no Python object per record beyond its fields (a
+    :class:`ConsumerRecord` costs a tuple each), and the lists go to pandas, Arrow
+    (:meth:`to_arrow`) or a producer's ``send_batch`` as they are.
+
+    Attributes:
+        topic: The topic.
+        partition: The partition.
+        offsets: Each record's offset, ascending.
+        keys: Each record's key bytes, or None.
+        values: Each record's value bytes, or None (a tombstone).
+        timestamps: Each record's timestamp in ms (CreateTime, or the broker's LogAppendTime).
+        headers: Each record's ``(key, value)`` header pairs (a tuple, often empty).
+    """
+
+    __slots__ = ("headers", "keys", "offsets", "partition", "timestamps", "topic", "values")
+
+    def __init__(self, topic: str, partition: int,  # noqa: PLR0917 - the fields, in order
+                 offsets: list[int] | None = None, keys: list[bytes | None] | None = None,
+                 values: list[bytes | None] | None = None, timestamps: list[int] | None = None,
+                 headers: list[tuple[Header, ...]] | None = None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offsets: list[int] = [] if offsets is None else offsets
+        self.keys: list[bytes | None] = [] if keys is None else keys
+        self.values: list[bytes | None] = [] if values is None else values
+        self.timestamps: list[int] = [] if timestamps is None else timestamps
+        self.headers: list[tuple[Header, ...]] = [] if headers is None else headers
+
+    def __reduce__(self) -> tuple[type[RecordColumns], tuple[Any, ...]]:
+        # Pickled by its fields, alike in both builds (a compiled class has no default way).
+        return RecordColumns, (self.topic, self.partition, self.offsets, self.keys, self.values,
+                               self.timestamps, self.headers)
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the last record: what to commit once all of them are processed
+        (equal to the consumer's position unless more was delivered from the partition
+        since). Raises IndexError when there are no records."""
+        return self.offsets[-1] + 1
+
+    def records(self, start: int = 0, stop: int | None = None) -> list[ConsumerRecord]:
+        """Rows ``start`` to ``stop`` (the end when None) as :class:`ConsumerRecord` tuples
+        (one object per record)."""
+        if start or stop is not None:
+            offsets, keys, values = (self.offsets[start:stop], self.keys[start:stop],
+                                     self.values[start:stop])
+            headers, timestamps = self.headers[start:stop], self.timestamps[start:stop]
+        else:
+            offsets, keys, values = self.offsets, self.keys, self.values
+            headers, timestamps = self.headers, self.timestamps
+        return list(map(tuple.__new__, repeat(ConsumerRecord), zip(
+            repeat(self.topic), repeat(self.partition), offsets, keys, values, headers,
+            timestamps)))
+
+    def extend(self, other: RecordColumns, start: int = 0, stop: int | None = None) -> None:
+        """Append ``other``'s rows ``start`` to ``stop`` (the end when None)."""
+        self.offsets += other.offsets[start:stop]
+        self.keys += other.keys[start:stop]
+        self.values += other.values[start:stop]
+        self.timestamps += other.timestamps[start:stop]
+        self.headers += other.headers[start:stop]
+
+    def truncate(self, rows: int) -> None:
+        """Keep the first ``rows`` rows only."""
+        for column in (self.offsets, self.keys, self.values, self.timestamps, self.headers):
+            del column[rows:]
+
+    def to_arrow(self) -> Any:
+        """The columns as a ``pyarrow.RecordBatch`` (``offset`` int64, ``key`` and ``value``
+        binary, ``timestamp`` timestamp[ms], ``headers`` list of {key string, value binary}).
+
+        Raises:
+            ImportError: pyarrow is not installed (``pip install pyarrow``).
+        """
+        try:
+            pa = importlib.import_module("pyarrow")  # optional: only this needs it
+        except ImportError as exc:
+            raise ImportError("RecordColumns.to_arrow() needs pyarrow: pip install pyarrow"
+                              ) from exc
+        header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+        return pa.RecordBatch.from_arrays(
+            [pa.array(self.offsets, pa.int64()), pa.array(self.keys, pa.binary()),
+             pa.array(self.values, pa.binary()), pa.array(self.timestamps, pa.timestamp("ms")),
+             pa.array([[{"key": k, "value": v} for k, v in h] for h in self.headers],
+                      pa.list_(header))],
+            names=["offset", "key", "value", "timestamp", "headers"])
+
+    def __repr__(self) -> str:
+        span = f"{self.offsets[0]}..{self.offsets[-1]}" if self.offsets else "empty"
+        return f"<RecordColumns {self.topic}-{self.partition} {len(self)} records {span}>"
 
 
 class RecordBatch:
@@ -149,15 +250,24 @@ class RecordBatch:
             CorruptRecordError: the records do not parse (a producer bug: the CRC matched), or
                 decompress to more than :attr:`max_decompressed`.
         """
+        return self.columns(RecordColumns(*self.tp), min_offset).records()
+
+    def columns(self, into: RecordColumns, min_offset: int = 0) -> RecordColumns:
+        """Decompress and decode the records onto the end of ``into`` (returned), skipping
+        those below ``min_offset``; on an error ``into`` is left as it was.
+
+        Raises:
+            CorruptRecordError: as :meth:`records`.
+        """
         buf, pos, end = self._payload()
+        rows = len(into.offsets)
         try:
-            records = _decode(buf, pos, end, self.record_count, self.tp, self.base_offset,
-                              *self._timestamps)
+            _decode(buf, pos, end, self.record_count, self.base_offset, *self._timestamps,
+                    min_offset, into)
         except (IndexError, ValueError) as exc:  # ran off the end, or bad UTF-8 in a header key
+            into.truncate(rows)
             raise self._corrupt(f"records do not parse: {exc}") from exc
-        if records and records[0].offset < min_offset:
-            records = [r for r in records if r.offset >= min_offset]
-        return records
+        return into
 
     def detach(self) -> None:
         """Copy this batch's bytes out of the response buffer they share, so that holding it
@@ -306,7 +416,7 @@ class DecodedBatches(NamedTuple):
     partial_size: int = 0
 
 
-def decode_batches(data: bytes | None, tp: TopicPartition,
+def decode_batches(data: bytes | bytearray | memoryview | None, tp: TopicPartition,
                    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> DecodedBatches:
     """Split a Fetch partition's ``records`` bytes into checked record batches.
 
@@ -383,19 +493,18 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def _decode(  # noqa: PLR0915, PLR0917 - the hot loop, inlined by hand
-    buf: bytes, pos: int, end: int, count: int, tp: TopicPartition, base_offset: int,
-    timestamp: int, log_append: bool,
-) -> list[ConsumerRecord]:
-    """The records of an uncompressed payload. The hot path, hence long and repetitive.
+    buf: bytes, pos: int, end: int, count: int, base_offset: int, timestamp: int,
+    log_append: bool, min_offset: int, into: RecordColumns,
+) -> None:
+    """The records of an uncompressed payload, from ``min_offset`` on, appended to ``into``'s
+    columns. The hot path, hence long and repetitive (and compiled, where it can be).
 
     Every varint of a v2 record is zigzag-encoded (``(n >> 1) ^ -(n & 1)``); the one- and
     two-byte forms, read inline, cover the lengths and deltas of records up to 8 KiB in batches
     of up to 8192 records; longer ones go through :func:`_uvarint`.
     """
-    out: list[ConsumerRecord] = []
-    append = out.append
-    new = tuple.__new__
-    topic, partition = tp
+    offsets, keys, values = into.offsets, into.keys, into.values
+    timestamps, all_headers = into.timestamps, into.headers
     for _ in range(count):
         b = buf[pos]  # record length
         if b < 0x80:
@@ -455,10 +564,14 @@ def _decode(  # noqa: PLR0915, PLR0917 - the hot loop, inlined by hand
         if pos != record_end:
             raise ValueError(f"record at offset {offset}: its fields end {pos - record_end} "
                              "bytes away from where its length says")
-        append(new(ConsumerRecord, (topic, partition, offset, key, value, headers, ts)))
+        if offset >= min_offset:
+            offsets.append(offset)
+            keys.append(key)
+            values.append(value)
+            timestamps.append(ts)
+            all_headers.append(headers)
     if pos != end:
         raise ValueError(f"{end - pos} bytes left after the batch's {count} records")
-    return out
 
 
 def _bytes_at(buf: bytes, pos: int) -> tuple[bytes | None, int]:

@@ -72,12 +72,16 @@ __all__ = [
     "IndexTrust",
     "Isolation",
     "PartitionFilter",
+    "Released",
 ]
 
 DEFAULT_MAX_HELD_BYTES: Final = 32 * 1024 * 1024
 """Bytes of held batches past which a filter scans for markers instead of holding more."""
 
 _UNKNOWN, _COMMITTED, _ABORTED = 0, 1, 2
+
+Released = tuple[RecordBatch, int]
+"""A batch the filter released, and the offset from which its records are delivered."""
 
 
 class Isolation(enum.IntEnum):
@@ -187,6 +191,20 @@ class PartitionFilter:
              ) -> list[ConsumerRecord]:
         """Take in one Fetch response's batches for this partition; return what may be delivered.
 
+        :meth:`release` with the records decoded; see there.
+        """
+        return [record for batch, start in self.release(
+                    batches, last_stable_offset=last_stable_offset,
+                    aborted_transactions=aborted_transactions)
+                for record in batch.records(start)]
+
+    def release(self, batches: Iterable[RecordBatch], *, last_stable_offset: int | None = None,
+                aborted_transactions: Iterable[AbortedTransaction] | None = None,
+                ) -> list[Released]:
+        """Take in one Fetch response's batches for this partition; return the batches that may
+        be delivered, each with the offset its delivery starts at (undecoded: the caller decodes
+        them into records or columns, and a batch whose records do not parse raises then).
+
         Args:
             batches: The decoded batches, in offset order.
             last_stable_offset: The response's LSO; None or negative if unknown (then nothing is
@@ -194,11 +212,12 @@ class PartitionFilter:
             aborted_transactions: The response's index, in any order; None or empty if absent.
 
         Returns:
-            The records now known committed (all records for read_uncommitted), in offset order.
+            The batches now known committed (all data batches for read_uncommitted), in offset
+            order, each with the offset its records are delivered from.
 
         Raises:
-            CorruptRecordError: a batch's records do not parse. The filter has taken in part of
-                the response; seek before feeding it again.
+            CorruptRecordError: a control batch's marker does not parse (when it was decoded).
+                The filter has taken in part of the response; seek before feeding it again.
         """
         if self.isolation is Isolation.READ_UNCOMMITTED:
             return self._feed_uncommitted(batches)
@@ -213,7 +232,7 @@ class PartitionFilter:
             self._index_pos = 0
             self._index_of = aborted_transactions
         use_index = known and self.trust.proven
-        out: list[ConsumerRecord] = []
+        out: list[Released] = []
         for batch in batches:
             if batch.last_offset < self._fetch_offset:
                 continue  # already taken in (a response overlapping the last one)
@@ -266,12 +285,12 @@ class PartitionFilter:
         return _COMMITTED
 
     def _on_data(self, batch: RecordBatch, outcome: int, start: int,
-                 out: list[ConsumerRecord]) -> None:
+                 out: list[Released]) -> None:
         if outcome == _ABORTED:
             return  # dropping it changes no order: nothing to hold
         if not self._queue:
             if outcome == _COMMITTED:  # nothing ahead of it: deliver at once
-                out += batch.records(start)
+                out.append((batch, start))
                 return
         elif self._held_bytes + batch.size_in_bytes > self.max_held_bytes:
             self._scan_from = start  # bound memory: drop it, read on for markers, rewind later
@@ -284,7 +303,7 @@ class PartitionFilter:
         if outcome == _UNKNOWN:
             self._open.setdefault(batch.producer_id, []).append(held)
 
-    def _on_marker(self, batch: RecordBatch, out: list[ConsumerRecord]) -> None:
+    def _on_marker(self, batch: RecordBatch, out: list[Released]) -> None:
         kind, pid = batch.control_type, batch.producer_id
         if kind is None or kind is ControlType.UNKNOWN:
             return
@@ -300,7 +319,7 @@ class PartitionFilter:
         self._last_marker[pid] = batch.base_offset
         self._resolve(pid, _ABORTED if kind is ControlType.ABORT else _COMMITTED, out)
 
-    def _resolve(self, pid: int, outcome: int, out: list[ConsumerRecord]) -> None:
+    def _resolve(self, pid: int, outcome: int, out: list[Released]) -> None:
         for held in self._open.pop(pid, ()):
             held.outcome = outcome
         queue = self._queue
@@ -309,9 +328,9 @@ class PartitionFilter:
             self._held_bytes -= held.batch.size_in_bytes
             self._held_records -= held.batch.record_count
             if held.outcome == _COMMITTED:
-                out += held.batch.records(held.min_offset)
+                out.append((held.batch, held.min_offset))
 
-    def _scan(self, batch: RecordBatch, out: list[ConsumerRecord]) -> bool:
+    def _scan(self, batch: RecordBatch, out: list[Released]) -> bool:
         """One batch read while scanning; True once everything held is resolved and the filter
         has rewound to the first dropped batch."""
         kind = batch.control_type
@@ -328,12 +347,12 @@ class PartitionFilter:
 
     # -- read_uncommitted --------------------------------------------------------------------
 
-    def _feed_uncommitted(self, batches: Iterable[RecordBatch]) -> list[ConsumerRecord]:
-        out: list[ConsumerRecord] = []
+    def _feed_uncommitted(self, batches: Iterable[RecordBatch]) -> list[Released]:
+        out: list[Released] = []
         for batch in batches:
             if batch.last_offset < self._fetch_offset:
                 continue
             start, self._fetch_offset = self._fetch_offset, batch.last_offset + 1
             if not batch.is_control:
-                out += batch.records(start)
+                out.append((batch, start))
         return out
