@@ -55,6 +55,9 @@ log = logging.getLogger("eosclient.testing.scenarios")
 FILL_CHUNK: Final = 5_000  # input records per fill transaction
 _POLL: Final = 0.2
 _JOIN: Final = 30.0
+# A copy told to stop hands its partitions over first: it may wait up to the processor's
+# handoff bound (30 s) for its committed offsets to show (Tansu applies them late), then closes.
+_EXIT: Final = 60.0
 _STATS_LINE: Final = re.compile(
     r"records in (\d+), out (\d+), transactions committed (\d+), aborted (\d+)")
 
@@ -358,7 +361,7 @@ class Child:
         if self._proc.poll() is None:
             self._proc.send_signal(sig)
         try:
-            self._proc.wait(_JOIN)
+            self._proc.wait(_EXIT if sig is signal.SIGTERM else _JOIN)
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait(_JOIN)
