@@ -40,7 +40,7 @@ from eosclient.errors import (
 )
 from eosclient.group_metadata import ConsumerGroupMetadata
 from eosclient.processor import ExactlyOnceProcessor, OutputRecord, ProcessorStats
-from eosclient.producer import TransactionalProducer
+from eosclient.producer import PreparedTransaction, TransactionalProducer, end_prepared
 
 __all__ = [
     "AbortableError",
@@ -63,6 +63,7 @@ __all__ = [
     "KafkaTimeoutError",
     "OffsetOutOfRangeError",
     "OutputRecord",
+    "PreparedTransaction",
     "ProcessorStats",
     "ProducerConfig",
     "ProtocolError",
@@ -81,4 +82,5 @@ __all__ = [
     "UnsupportedVersionError",
     "UsageError",
     "__version__",
+    "end_prepared",
 ]
