@@ -58,3 +58,16 @@ def write_inputs(input_dir: Path, files: int, lines: int) -> list[str]:
         (input_dir / f"part-{f:03d}.txt").write_text("\n".join(rows) + "\n")
         expected += [r + "!" for r in rows]
     return expected
+
+
+def start_writer_query(spark: SparkSession, input_dir: Path | str, checkpoint: Path | str, *,
+                       servers: str, topic: str, sink_id: str) -> Any:
+    """The same query, written by the ``eosclient-kafka`` data source's streaming writer."""
+    from eosclient.spark import ExactlyOnceKafkaDataSource
+
+    spark.dataSource.register(ExactlyOnceKafkaDataSource)
+    lines = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(input_dir))
+    out = lines.selectExpr("concat(value, '!') as value", "value as key")
+    return (out.writeStream.format("eosclient-kafka").option("bootstrap.servers", servers)
+            .option("topic", topic).option("sinkId", sink_id).option("timeoutSeconds", "30")
+            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())

@@ -15,7 +15,9 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError('eosclient.spark needs pyspark: pip install "eosclient[spark]"') from exc
 
+from eosclient.spark._datasource import ExactlyOnceKafkaDataSource
 from eosclient.spark._sink import BatchOutcome, ExactlyOnceKafkaSink, Mode
 from eosclient.spark._source import ReadCommittedKafkaSource
 
-__all__ = ["BatchOutcome", "ExactlyOnceKafkaSink", "Mode", "ReadCommittedKafkaSource"]
+__all__ = ["BatchOutcome", "ExactlyOnceKafkaDataSource", "ExactlyOnceKafkaSink", "Mode",
+           "ReadCommittedKafkaSource"]

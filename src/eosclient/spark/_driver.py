@@ -1,0 +1,151 @@
+"""The data source writer's driver side: recover, commit, abort. One atomic decision per batch.
+
+Theory of operation (the argument in full, with the state machine, is in ``docs/spark.md``).
+Each task of batch ``b`` writes its rows in a transaction of its own transactional id
+(``<sink>-w<partition>``), flushes, and hands the driver a
+:class:`~eosclient.PreparedTransaction` instead of committing. The driver then:
+
+1. **recovers** (:func:`recover`): if the last decision is not marked done, a driver died while
+   ending its transactions: end them all as committed (EndTxn by identity is idempotent: a
+   transaction already committed answers NONE again), then mark it done;
+2. skips a **replay**: ``b`` at or before the last done batch committed before (Spark re-runs
+   the last batch whose end it had not recorded): its fresh transactions are aborted;
+3. writes the **decision** (:meth:`Records.decide`): the tasks' identities, then one offset
+   naming the batch; from here on the batch *will* be committed, by this driver or the next;
+4. **commits** every transaction (EndTxn by producer id and epoch, from this process);
+5. marks the batch **done**.
+
+A crash before 3 leaves open transactions that nobody will commit: the replay's tasks
+initialise the same transactional ids, which aborts them (and fences any zombie attempt).
+A crash after 3 is finished by step 1 of the next driver, which runs when the restarted query
+plans its first batch, before any task of it can initialise (and abort) a decided transaction.
+
+Crash points are injectable for tests (:func:`crash_point`): with
+``EOSCLIENT_SPARK_CRASH=<point>:<batch>`` the driver process group is SIGKILLed there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import WriterCommitMessage
+
+from eosclient._core.prepared import PreparedTransaction
+from eosclient._producer.prepared import end_prepared
+from eosclient.errors import ConfigError
+from eosclient.spark._decisions import Decision, Records
+
+__all__ = ["CRASH_ENV", "CRASH_POINTS", "TaskCommit", "abort", "commit", "recover"]
+
+log = logging.getLogger("eosclient.spark")
+
+CRASH_ENV = "EOSCLIENT_SPARK_CRASH"
+CRASH_POINTS = ("before_decision", "after_decision", "mid_commit", "after_commit",
+                "after_done")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCommit(WriterCommitMessage):
+    """What one task hands the driver (Spark's commit message; pickled).
+
+    Attributes:
+        task: The Spark partition, which names the transactional id.
+        prepared: The task's open transaction, or None when it wrote nothing.
+        records: Records written.
+        skipped: The task did not write, because its batch committed before (a replay).
+    """
+
+    task: int
+    prepared: PreparedTransaction | None
+    records: int
+    skipped: bool = False
+
+
+def crash_point(point: str, batch: int) -> None:
+    """Tests only: SIGKILL the driver's whole process group at ``point`` of ``batch``."""
+    wanted = os.environ.get(CRASH_ENV)
+    if wanted and wanted == f"{point}:{batch}":
+        log.warning("crash point %s of batch %d: killing the driver", point, batch)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def recover(records: Records, bootstrap_servers: str) -> int | None:
+    """Finish a decided batch a dead driver left; return the last batch done (or None)."""
+    done = records.done()
+    decision = records.decision()
+    if decision is not None and (done is None or decision.batch > done):
+        log.warning("sink %s: batch %d was decided but not finished; committing its %d "
+                    "transactions", records.sink_id, decision.batch, _count(decision))
+        end_prepared(bootstrap_servers, _transactions(decision.transactions), commit=True,
+                     timeout=records.timeout)
+        records.mark_done(decision.batch)
+        done = decision.batch
+    return done
+
+
+def commit(records: Records, bootstrap_servers: str, messages: Sequence[TaskCommit | None],
+           batch: int) -> bool:
+    """Commit batch ``batch`` all or nothing; False when it was a replay (aborted instead).
+
+    Raises:
+        ConfigError: the sink committed a later batch (a new checkpoint under an old sink id);
+            this batch's transactions are aborted first.
+        EosError: Kafka failed; the batch is decided or not, and the next driver finishes or
+            replays it.
+    """
+    done = recover(records, bootstrap_servers)
+    prepared = _by_task(messages)
+    if done is not None and batch <= done:
+        abort_all(bootstrap_servers, prepared, records.timeout)
+        if batch < done:
+            raise ConfigError(
+                f"sink {records.sink_id!r} already committed batch {done}, and this query is at "
+                f"batch {batch}: a query with a new checkpoint needs a new sinkId (or these "
+                f"batches would be skipped)", key="sinkId")
+        log.info("sink %s batch %d: committed before; the replay is aborted", records.sink_id,
+                 batch)
+        return False
+    crash_point("before_decision", batch)
+    records.decide(Decision(batch, prepared))
+    crash_point("after_decision", batch)
+    live = _transactions(prepared)
+    for i, item in enumerate(live):
+        end_prepared(bootstrap_servers, [item], commit=True, timeout=records.timeout)
+        if i == 0:
+            crash_point("mid_commit", batch)
+    crash_point("after_commit", batch)
+    records.mark_done(batch)
+    crash_point("after_done", batch)
+    return True
+
+
+def abort(bootstrap_servers: str, messages: Sequence[TaskCommit | None], timeout: float) -> None:
+    """End every transaction the tasks handed over as aborted (a failed batch)."""
+    abort_all(bootstrap_servers, _by_task(messages), timeout)
+
+
+def abort_all(bootstrap_servers: str, prepared: Sequence[PreparedTransaction | None],
+              timeout: float) -> None:
+    end_prepared(bootstrap_servers, _transactions(prepared), commit=False, timeout=timeout)
+
+
+def _by_task(messages: Sequence[TaskCommit | None]) -> tuple[PreparedTransaction | None, ...]:
+    """The tasks' transactions indexed by Spark partition (None where there is none)."""
+    found = [m for m in messages if m is not None]
+    slots: list[PreparedTransaction | None] = [None] * (max((m.task for m in found),
+                                                            default=-1) + 1)
+    for m in found:
+        slots[m.task] = m.prepared
+    return tuple(slots)
+
+
+def _transactions(items: Sequence[PreparedTransaction | None]) -> list[PreparedTransaction]:
+    return [p for p in items if p is not None]
+
+
+def _count(decision: Decision) -> int:
+    return len(_transactions(decision.transactions))
