@@ -14,6 +14,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from eosclient.spark import ExactlyOnceKafkaDataSource
+
 MASTER = "local[2,4]"
 
 
@@ -60,14 +62,15 @@ def write_inputs(input_dir: Path, files: int, lines: int) -> list[str]:
     return expected
 
 
-def start_writer_query(spark: SparkSession, input_dir: Path | str, checkpoint: Path | str, *,
-                       servers: str, topic: str, sink_id: str) -> Any:
-    """The same query, written by the ``eosclient-kafka`` data source's streaming writer."""
-    from eosclient.spark import ExactlyOnceKafkaDataSource
 
+def start_writer_query(spark: SparkSession, input_dir: Path | str, checkpoint: Path | str, *,
+                       servers: str, topic: str, sink_id: str,
+                       options: dict[str, str] | None = None) -> Any:
+    """The same query, written by the ``eosclient-kafka`` data source's streaming writer."""
     spark.dataSource.register(ExactlyOnceKafkaDataSource)
     lines = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(input_dir))
     out = lines.selectExpr("concat(value, '!') as value", "value as key")
     return (out.writeStream.format("eosclient-kafka").option("bootstrap.servers", servers)
             .option("topic", topic).option("sinkId", sink_id).option("timeoutSeconds", "30")
-            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+            .options(**(options or {})).option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True).start())

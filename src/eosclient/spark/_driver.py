@@ -39,11 +39,12 @@ from eosclient._producer.prepared import end_prepared
 from eosclient.errors import ConfigError
 from eosclient.spark._decisions import Decision, Records
 
-__all__ = ["CRASH_ENV", "CRASH_POINTS", "TaskCommit", "abort", "commit", "recover"]
+__all__ = ["CRASH_ENV", "CRASH_EXIT", "CRASH_POINTS", "TaskCommit", "abort", "commit", "recover"]
 
 log = logging.getLogger("eosclient.spark")
 
 CRASH_ENV = "EOSCLIENT_SPARK_CRASH"
+CRASH_EXIT = 17
 CRASH_POINTS = ("before_decision", "after_decision", "mid_commit", "after_commit",
                 "after_done")
 
@@ -65,12 +66,21 @@ class TaskCommit(WriterCommitMessage):
     skipped: bool = False
 
 
-def crash_point(point: str, batch: int) -> None:
-    """Tests only: SIGKILL the driver's whole process group at ``point`` of ``batch``."""
-    wanted = os.environ.get(CRASH_ENV)
-    if wanted and wanted == f"{point}:{batch}":
-        log.warning("crash point %s of batch %d: killing the driver", point, batch)
+def crash_point(setting: str | None, point: str, batch: int) -> None:
+    """Tests only: die at ``point`` of ``batch`` when ``setting`` (the writer's
+    ``testing.crashAt`` option, else the ``EOSCLIENT_SPARK_CRASH`` variable) names it:
+    ``<point>:<batch>`` ends this process (the one running the driver's commit) at once;
+    ``<point>:<batch>:kill`` SIGKILLs its whole process group (the driver, JVM and all)."""
+    wanted = setting or os.environ.get(CRASH_ENV)
+    if not wanted or not wanted.startswith(f"{point}:{batch}"):
+        return
+    rest = wanted[len(f"{point}:{batch}"):]
+    if rest not in ("", ":kill"):
+        return
+    log.warning("crash point %s of batch %d: the driver dies here", point, batch)
+    if rest == ":kill":
         os.killpg(os.getpgrp(), signal.SIGKILL)
+    os._exit(CRASH_EXIT)
 
 
 def recover(records: Records, bootstrap_servers: str) -> int | None:
@@ -88,7 +98,7 @@ def recover(records: Records, bootstrap_servers: str) -> int | None:
 
 
 def commit(records: Records, bootstrap_servers: str, messages: Sequence[TaskCommit | None],
-           batch: int) -> bool:
+           batch: int, crash: str | None = None) -> bool:
     """Commit batch ``batch`` all or nothing; False when it was a replay (aborted instead).
 
     Raises:
@@ -109,23 +119,37 @@ def commit(records: Records, bootstrap_servers: str, messages: Sequence[TaskComm
         log.info("sink %s batch %d: committed before; the replay is aborted", records.sink_id,
                  batch)
         return False
-    crash_point("before_decision", batch)
+    crash_point(crash, "before_decision", batch)
     records.decide(Decision(batch, prepared))
-    crash_point("after_decision", batch)
+    crash_point(crash, "after_decision", batch)
     live = _transactions(prepared)
     for i, item in enumerate(live):
         end_prepared(bootstrap_servers, [item], commit=True, timeout=records.timeout)
         if i == 0:
-            crash_point("mid_commit", batch)
-    crash_point("after_commit", batch)
+            crash_point(crash, "mid_commit", batch)
+    crash_point(crash, "after_commit", batch)
     records.mark_done(batch)
-    crash_point("after_done", batch)
+    crash_point(crash, "after_done", batch)
     return True
 
 
-def abort(bootstrap_servers: str, messages: Sequence[TaskCommit | None], timeout: float) -> None:
-    """End every transaction the tasks handed over as aborted (a failed batch)."""
-    abort_all(bootstrap_servers, _by_task(messages), timeout)
+def abort(records: Records, bootstrap_servers: str, messages: Sequence[TaskCommit | None],
+          batch: int) -> None:
+    """End a failed batch: roll forward if it was decided, else abort its transactions.
+
+    Spark calls ``abort`` also when ``commit`` raised, and ``commit`` may have raised after its
+    decision (an EndTxn that timed out, say): aborting then would break the decision, and on
+    the brokers here a later EndTxn(commit) of an aborted transaction is answered NONE without
+    committing anything. So a decided batch is finished instead, and only transactions the
+    decision does not name are aborted.
+    """
+    decision = records.decision()
+    decided: set[PreparedTransaction] = set()
+    if decision is not None and decision.batch == batch:
+        recover(records, bootstrap_servers)
+        decided = set(_transactions(decision.transactions))
+    abort_all(bootstrap_servers, [p for p in _by_task(messages) if p not in decided],
+              records.timeout)
 
 
 def abort_all(bootstrap_servers: str, prepared: Sequence[PreparedTransaction | None],

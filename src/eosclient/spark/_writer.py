@@ -12,7 +12,8 @@ attempt and aborts its transaction.
 Options: ``bootstrap.servers`` (required), ``sinkId`` (required; one per query),
 ``topic`` (or a ``topic`` column), ``ledgerTopic`` (an existing topic whose partition 0 keeps
 the sink's records; default ``topic``), ``timeoutSeconds`` (60), ``chunkSize`` (5000), and any
-producer setting as ``kafka.<dotted key>`` (``kafka.linger.ms``).
+producer setting as ``kafka.<dotted key>`` (``kafka.linger.ms``). ``testing.crashAt`` is a
+test hook (:func:`eosclient.spark._driver.crash_point`).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class WriterPlan:
     timeout: float
     chunk_size: int
     done: int | None  # the last batch done when the writer was made (after recovery)
+    crash_at: str | None = None  # tests only: the ``testing.crashAt`` option
 
     @classmethod
     def make(cls, options: Mapping[str, str], schema: StructType) -> WriterPlan:
@@ -105,7 +107,7 @@ class WriterPlan:
         finally:
             records.close()
         return cls(servers, sink_id, topic, anchor, partitions, layout, producer_config,
-                   timeout, chunk_size, done)
+                   timeout, chunk_size, done, get("testing.crashAt"))
 
     def records(self) -> Records:
         return Records(self.bootstrap_servers, self.sink_id, self.anchor, self.timeout)
@@ -147,17 +149,22 @@ class _Writing:
     def _commit(self, messages: Sequence[Any], batch: int) -> None:
         records = self.plan.records()
         try:
-            written = _driver.commit(records, self.plan.bootstrap_servers, messages, batch)
+            written = _driver.commit(records, self.plan.bootstrap_servers, messages, batch,
+                                     self.plan.crash_at)
         finally:
             records.close()
         counted = sum(m.records for m in messages if m is not None)
         log.info("sink %s batch %d: %s (%d records in %d tasks)", self.plan.sink_id, batch,
                  "committed" if written else "a replay, aborted", counted, len(messages))
 
-    def _abort(self, messages: Sequence[Any], batch: int | None) -> None:
+    def _abort(self, messages: Sequence[Any], batch: int) -> None:
         log.warning("sink %s batch %s failed: aborting its transactions", self.plan.sink_id,
                     batch)
-        _driver.abort(self.plan.bootstrap_servers, messages, self.plan.timeout)
+        records = self.plan.records()
+        try:
+            _driver.abort(records, self.plan.bootstrap_servers, messages, batch)
+        finally:
+            records.close()
 
 
 class StreamWriter(_Writing, DataSourceStreamArrowWriter):
