@@ -70,16 +70,15 @@ def crash_point(setting: str | None, point: str, batch: int) -> None:
     """Tests only: die at ``point`` of ``batch`` when ``setting`` (the writer's
     ``testing.crashAt`` option, else the ``EOSCLIENT_SPARK_CRASH`` variable) names it:
     ``<point>:<batch>`` ends this process (the one running the driver's commit) at once;
-    ``<point>:<batch>:kill`` SIGKILLs its whole process group (the driver, JVM and all)."""
+    ``<point>:<batch>:kill=<pgid>`` SIGKILLs process group ``pgid`` (the driver's: JVM, Python
+    and all; Spark runs the commit in a worker of another group)."""
     wanted = setting or os.environ.get(CRASH_ENV)
-    if not wanted or not wanted.startswith(f"{point}:{batch}"):
-        return
-    rest = wanted[len(f"{point}:{batch}"):]
-    if rest not in ("", ":kill"):
+    head = f"{point}:{batch}"
+    if not wanted or not (wanted == head or wanted.startswith(head + ":kill=")):
         return
     log.warning("crash point %s of batch %d: the driver dies here", point, batch)
-    if rest == ":kill":
-        os.killpg(os.getpgrp(), signal.SIGKILL)
+    if wanted != head:
+        os.killpg(int(wanted[len(head + ":kill="):]), signal.SIGKILL)
     os._exit(CRASH_EXIT)
 
 
