@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from eosclient import PreparedTransaction, TransactionalProducer, end_prepared
+from eosclient import PreparedTransaction, TopicPartition, TransactionalProducer, end_prepared
+from eosclient._producer.prepared import check_prepared
 from eosclient.errors import FencedError, IllegalStateError
 from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
@@ -64,8 +65,12 @@ def test_a_prepared_transaction_whose_id_was_initialised_again_is_fenced(
     topic = topics.create_topic(broker, unique_name("t"), 1)
     tid = unique_name("tx")
     zombie = prepare_elsewhere(broker, tid, topic, "zombie")
+    anchor = TopicPartition(topic, 0)
+    check_prepared(broker.bootstrap_servers, [zombie], anchor, timeout=10)  # still live
     with TransactionalProducer(broker.bootstrap_servers, transactional_id=tid) as successor:
         successor.init_transactions(10)  # aborts the zombie's transaction
+    with pytest.raises(FencedError):
+        check_prepared(broker.bootstrap_servers, [zombie], anchor, timeout=10)
     with pytest.raises(FencedError):
         end_prepared(broker.bootstrap_servers, [zombie], commit=True, timeout=10)
     assert values(broker, topic) == []

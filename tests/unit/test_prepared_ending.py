@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from eosclient._core.prepared import EndPrepared, PreparedTransaction, Step
+from eosclient._core.prepared import CheckPrepared, EndPrepared, PreparedTransaction, Step
+from eosclient._core.types import TopicPartition
 from eosclient.errors import FatalError, FencedError, KafkaConnectionError
 
 PREPARED = PreparedTransaction("sink-w3", 1002, 7)
@@ -102,3 +103,24 @@ def test_a_timed_out_answer_is_retried_without_counting_as_a_close() -> None:
         elif step is Step.END:
             ending.on_failure(KafkaConnectionError("timed out"), float(now))
     assert not ending.done
+
+
+def add_partitions_answer(code: int) -> Any:
+    result = SimpleNamespace(partition_index=0, partition_error_code=code)
+    return SimpleNamespace(results_by_topic_v3_and_below=[
+        SimpleNamespace(name="anchor", results_by_partition=[result])])
+
+
+@pytest.mark.parametrize(("code", "live"), [(0, True), (47, False), (90, False)])
+def test_check_asks_add_partitions_under_the_prepared_identity(code: int, live: bool) -> None:
+    check = CheckPrepared(PREPARED, TopicPartition("anchor", 0))
+    check.next_request(0.0)
+    check.on_response(found(), 0.0)
+    step, request = check.next_request(0.0) or (None, None)
+    assert step is Step.END
+    assert (request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch) == ("sink-w3", 1002, 7)
+    check.on_response(add_partitions_answer(code), 0.0)
+    assert check.done
+    assert (check.error is None) == live
+    assert live or isinstance(check.error, FencedError)

@@ -22,6 +22,13 @@ What an answer means here (:meth:`EndPrepared.on_response`):
   Tansu closes the connection instead of answering; :data:`CLOSES_MEAN_FENCED` closes in a row
   are taken as that fence, as the producer does.
 * Anything else: the error, as :func:`eosclient.errors.error_for` classifies it.
+
+:class:`CheckPrepared` asks, without ending anything, whether a prepared transaction is still
+live: AddPartitionsToTxn (v0-v3) of a partition under its identity is answered NONE while the
+epoch is current (the partition joins the transaction: harmless, it gets a marker when the
+transaction ends) and INVALID_PRODUCER_EPOCH / PRODUCER_FENCED once another instance
+initialised the id, which aborted it. A driver checks every task's transaction this way before
+deciding to commit them, so a zombie attempt's stale hand-over is never decided.
 """
 
 from __future__ import annotations
@@ -36,10 +43,10 @@ from eosclient._core._txn_answers import (
     _closed_by_broker,
     _fenced_by_closes,
 )
-from eosclient._core.types import ProducerIdentity
-from eosclient.errors import ApiKey, EosError, RetriableError, error_for
+from eosclient._core.types import ProducerIdentity, TopicPartition
+from eosclient.errors import ApiKey, EosError, RetriableError, error_for, error_for_codes
 
-__all__ = ["EndPrepared", "PreparedTransaction", "Step"]
+__all__ = ["CheckPrepared", "EndPrepared", "PreparedTransaction", "Step"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +106,15 @@ class EndPrepared:
         if self.coordinator is None:
             return Step.FIND, wire.find_coordinator(key, group=False)
         self.attempts += 1
-        return Step.END, wire.end_txn(key, self.prepared.identity, committed=self.commit)
+        return Step.END, self._request()
+
+    def _request(self) -> Any:
+        return wire.end_txn(self.prepared.transactional_id, self.prepared.identity,
+                            committed=self.commit)
+
+    def _error(self, response: Any) -> EosError | None:
+        code = response.error_code
+        return error_for(ApiKey.END_TXN, code) if code else None
 
     def wait_until(self) -> float:
         """The earliest time :meth:`next_request` may give a request."""
@@ -115,11 +130,10 @@ class EndPrepared:
                 self.coordinator = node
             return
         self._closes = 0
-        code = response.error_code
-        if not code:
+        error = self._error(response)
+        if error is None:
             self.done, self.error = True, None
             return
-        error = error_for(ApiKey.END_TXN, code)
         if isinstance(error, RetriableError):
             self._retry(error, now)
         else:
@@ -143,3 +157,21 @@ class EndPrepared:
 
     def _fail(self, error: EosError) -> None:
         self.done, self.error = True, error
+
+
+class CheckPrepared(EndPrepared):
+    """Whether a prepared transaction is still live (see the module docstring): done with no
+    error if so, a FencedError if another instance initialised its id since."""
+
+    def __init__(self, prepared: PreparedTransaction, partition: TopicPartition, *,
+                 backoff: float = 0.02, backoff_max: float = 1.0) -> None:
+        super().__init__(prepared, commit=False, backoff=backoff, backoff_max=backoff_max)
+        self.partition = partition
+
+    def _request(self) -> Any:
+        return wire.add_partitions(self.prepared.transactional_id, self.prepared.identity,
+                                   [self.partition])
+
+    def _error(self, response: Any) -> EosError | None:
+        return error_for_codes(ApiKey.ADD_PARTITIONS_TO_TXN,
+                               wire.partition_codes(response).values())

@@ -12,11 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from eosclient._core.prepared import EndPrepared, PreparedTransaction, Step
+from eosclient._core.prepared import CheckPrepared, EndPrepared, PreparedTransaction, Step
+from eosclient._core.types import TopicPartition
 from eosclient._net.blocking import BlockingConnection
 from eosclient.errors import KafkaConnectionError, KafkaTimeoutError
 
-__all__ = ["end_prepared"]
+__all__ = ["check_prepared", "end_prepared"]
 
 
 def end_prepared(bootstrap_servers: str, prepared: Iterable[PreparedTransaction], *,
@@ -43,13 +44,34 @@ def end_prepared(bootstrap_servers: str, prepared: Iterable[PreparedTransaction]
             conn.close()
 
 
+def check_prepared(bootstrap_servers: str, prepared: Iterable[PreparedTransaction],
+                   partition: TopicPartition, *, timeout: float) -> None:
+    """Check that each prepared transaction is still live (its epoch current), ending none.
+
+    Raises:
+        FencedError: one was aborted by a later initialisation of its transactional id.
+        KafkaTimeoutError: not all were checked within ``timeout``.
+        EosError: a coordinator refused.
+    """
+    deadline = time.monotonic() + timeout
+    brokers = [_address(s) for s in bootstrap_servers.split(",") if s.strip()]
+    connections: dict[tuple[str, int], BlockingConnection] = {}
+    try:
+        for item in prepared:
+            _end_one(CheckPrepared(item, partition), brokers, connections, deadline)
+    finally:
+        for conn in connections.values():
+            conn.close()
+
+
 def _end_one(ending: EndPrepared, brokers: list[tuple[str, int]],
              connections: dict[tuple[str, int], BlockingConnection], deadline: float) -> None:
     turn = 0
     while not ending.done:
         now = time.monotonic()
         if now >= deadline:
-            verb = "commit" if ending.commit else "abort"
+            verb = "check" if isinstance(ending, CheckPrepared) else \
+                "commit" if ending.commit else "abort"
             raise KafkaTimeoutError(
                 f"EndTxn({verb}) of {ending.prepared.transactional_id!r} not answered in time "
                 f"(last: {ending.error!r}); the outcome may be unknown, call again to resume")

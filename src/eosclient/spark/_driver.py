@@ -10,18 +10,20 @@ Each task of batch ``b`` writes its rows in a transaction of its own transaction
    transaction already committed answers NONE again), then mark it done;
 2. skips a **replay**: ``b`` at or before the last done batch committed before (Spark re-runs
    the last batch whose end it had not recorded): its fresh transactions are aborted;
-3. writes the **decision** (:meth:`Records.decide`): the tasks' identities, then one offset
+3. checks that every transaction is still live (``check_prepared``: a zombie attempt may have
+   handed over a transaction that a later attempt's initialisation aborted); if one is not,
+   aborts them all and fails the batch (Spark replays it);
+4. writes the **decision** (:meth:`Records.decide`): the tasks' identities, then one offset
    naming the batch; from here on the batch *will* be committed, by this driver or the next;
-4. **commits** every transaction (EndTxn by producer id and epoch, from this process);
-5. marks the batch **done**.
+5. **commits** every transaction (EndTxn by producer id and epoch, from this process);
+6. marks the batch **done**.
 
-A crash before 3 leaves open transactions that nobody will commit: the replay's tasks
+A crash before 4 leaves open transactions that nobody will commit: the replay's tasks
 initialise the same transactional ids, which aborts them (and fences any zombie attempt).
-A crash after 3 is finished by step 1 of the next driver, which runs when the restarted query
+A crash after 4 is finished by step 1 of the next driver, which runs when the restarted query
 plans its first batch, before any task of it can initialise (and abort) a decided transaction.
 
-Crash points are injectable for tests (:func:`crash_point`): with
-``EOSCLIENT_SPARK_CRASH=<point>:<batch>`` the driver process group is SIGKILLed there.
+Crash points are injectable for tests (:func:`crash_point`).
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import WriterCommitMessage
 
 from eosclient._core.prepared import PreparedTransaction
-from eosclient._producer.prepared import end_prepared
-from eosclient.errors import ConfigError
+from eosclient._producer.prepared import check_prepared, end_prepared
+from eosclient.errors import AbortableError, ConfigError, FencedError
 from eosclient.spark._decisions import Decision, Records
 
 __all__ = ["CRASH_ENV", "CRASH_EXIT", "CRASH_POINTS", "TaskCommit", "abort", "commit", "recover"]
@@ -118,10 +120,18 @@ def commit(records: Records, bootstrap_servers: str, messages: Sequence[TaskComm
         log.info("sink %s batch %d: committed before; the replay is aborted", records.sink_id,
                  batch)
         return False
+    live = _transactions(prepared)
+    try:  # a zombie attempt's stale hand-over must never be decided
+        check_prepared(bootstrap_servers, live, records.anchor, timeout=records.timeout)
+    except FencedError as exc:
+        abort_all(bootstrap_servers, prepared, records.timeout)
+        raise AbortableError(
+            f"batch {batch}: a task's transaction was aborted after its hand-over, by a later "
+            f"attempt of the same task (a retry or a speculative copy): {exc}; the batch's "
+            f"transactions are aborted, and Spark replays it") from exc
     crash_point(crash, "before_decision", batch)
     records.decide(Decision(batch, prepared))
     crash_point(crash, "after_decision", batch)
-    live = _transactions(prepared)
     for i, item in enumerate(live):
         end_prepared(bootstrap_servers, [item], commit=True, timeout=records.timeout)
         if i == 0:
@@ -153,7 +163,14 @@ def abort(records: Records, bootstrap_servers: str, messages: Sequence[TaskCommi
 
 def abort_all(bootstrap_servers: str, prepared: Sequence[PreparedTransaction | None],
               timeout: float) -> None:
-    end_prepared(bootstrap_servers, _transactions(prepared), commit=False, timeout=timeout)
+    """Abort each transaction; one that a later initialisation of its id fenced was aborted by
+    that initialisation already."""
+    for item in _transactions(prepared):
+        try:
+            end_prepared(bootstrap_servers, [item], commit=False, timeout=timeout)
+        except FencedError:
+            log.info("%s epoch %d: aborted already, by a later initialisation of the id",
+                     item.transactional_id, item.epoch)
 
 
 def _by_task(messages: Sequence[TaskCommit | None]) -> tuple[PreparedTransaction | None, ...]:
