@@ -15,7 +15,7 @@ from pyspark.sql.functions import udf
 from test_writer_crash_points import visible
 
 from eosclient.errors import AbortableError, RecordTypeError
-from eosclient.spark import ExactlyOnceKafkaDataSource, _driver
+from eosclient.spark import ExactlyOnceKafkaDataSource, _driver, eos_error_of
 from eosclient.spark._writer import StreamWriter, WriterPlan
 from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
@@ -78,6 +78,8 @@ def test_a_bad_row_fails_the_job_with_its_error_and_leaves_nothing(
     with pytest.raises(Exception, match=r"RecordTypeError.*null topic") as caught:
         save(spark, df, servers, None, unique_name("sink"), ledgerTopic=topic)
     assert not isinstance(caught.value, RecordTypeError)  # Spark's wrapper; the name survives
+    error = eos_error_of(caught.value)
+    assert isinstance(error, RecordTypeError) and "null topic" in str(error)
     assert read_topic(servers, topic) == []
 
 

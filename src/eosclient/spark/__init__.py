@@ -16,8 +16,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError('eosclient.spark needs pyspark: pip install "eosclient[spark]"') from exc
 
 from eosclient.spark._datasource import ExactlyOnceKafkaDataSource
+from eosclient.spark._errors import eos_error_of
 from eosclient.spark._sink import BatchOutcome, ExactlyOnceKafkaSink, Mode
 from eosclient.spark._source import ReadCommittedKafkaSource
 
 __all__ = ["BatchOutcome", "ExactlyOnceKafkaDataSource", "ExactlyOnceKafkaSink", "Mode",
-           "ReadCommittedKafkaSource"]
+           "ReadCommittedKafkaSource", "eos_error_of"]
