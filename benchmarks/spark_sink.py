@@ -22,6 +22,9 @@ The sinks, each on a fresh topic of 4 partitions and a fresh checkpoint:
   partition, written by the executors.
 * ``ck partitioned``: ``foreachPartition`` with a confluent-kafka producer per task, the same
   ``produce``/``flush``.
+* ``eos datasource``: ``writeStream.format("eosclient-kafka")`` (the data source writer): each
+  task writes its partition in a transaction from its executor, the driver commits the batch as
+  one decision; no ``foreachBatch``, one Spark job per batch. Compared with ``ck partitioned``.
 
 Every producer uses ``linger.ms`` 5, acks=all and no compression. After each run the topic is
 read back batch header by batch header: exactly the rows written, transactional for eosclient
@@ -50,7 +53,7 @@ import _report as report
 import confluent_kafka
 from pyspark.sql import SparkSession
 
-from eosclient.spark import ExactlyOnceKafkaSink
+from eosclient.spark import ExactlyOnceKafkaDataSource, ExactlyOnceKafkaSink
 from eosclient.testing.brokers import RunningBroker, start_broker
 from eosclient.testing.topics import create_topic
 
@@ -151,22 +154,31 @@ def run_once(spark: Any, broker: RunningBroker, variant: str, *, work: Path,
     """Rows/s of one sink over the whole input (checked afterwards)."""
     name = f"bench-{variant.replace(' ', '-')}-{time.time_ns()}"
     topic = create_topic(broker, name, PARTITIONS)
-    sinks: dict[str, Callable[[], Sink]] = {
+    sinks: dict[str, Callable[[], Sink | None]] = {
         "eos atomic": lambda: eos_sink(broker, topic, "atomic", name),
         "ck driver": lambda: ck_driver_sink(broker, topic),
         "eos partitioned": lambda: eos_sink(broker, topic, "partitioned", name),
         "ck partitioned": lambda: ck_partitioned_sink(broker, topic),
+        "eos datasource": lambda: None,
     }
     sink = sinks[variant]()
 
     def batch(df: Any, batch_id: int) -> None:
+        assert sink is not None
         sink(df.repartition(PARTITIONS), batch_id)
 
     lines = (spark.readStream.format("text").option("maxFilesPerTrigger", 1)
              .load(str(work / "input")))
     rows = lines.selectExpr("split(value, '\t')[0] as key", "split(value, '\t')[1] as value")
     started = time.monotonic()
-    query = (rows.writeStream.foreachBatch(batch).trigger(availableNow=True)
+    if variant == "eos datasource":
+        spark.dataSource.register(ExactlyOnceKafkaDataSource)
+        writer = (rows.repartition(PARTITIONS).writeStream.format("eosclient-kafka")
+                  .option("bootstrap.servers", broker.bootstrap_servers).option("topic", topic)
+                  .option("sinkId", name).option("kafka.linger.ms", "5"))
+    else:
+        writer = rows.writeStream.foreachBatch(batch)
+    query = (writer.trigger(availableNow=True)
              .option("checkpointLocation", str(work / name)).start())
     if not query.awaitTermination(600):
         query.stop()
@@ -195,9 +207,11 @@ def check(broker: RunningBroker, topic: str, variant: str, expected: int) -> Non
 VARIANTS = [("eos atomic", "eos", "eosclient ExactlyOnceKafkaSink atomic"),
             ("ck driver", "ck", "confluent-kafka produce() on the driver (at-least-once)"),
             ("eos partitioned", "eos", "eosclient ExactlyOnceKafkaSink partitioned"),
-            ("ck partitioned", "ck", "confluent-kafka produce() per task (at-least-once)")]
+            ("ck partitioned", "ck", "confluent-kafka produce() per task (at-least-once)"),
+            ("eos datasource", "eos", "eosclient eosclient-kafka data source writer")]
 RATIOS = [report.RatioSpec(SCENARIO, "eos atomic", "ck driver", 0.9),
-          report.RatioSpec(SCENARIO, "eos partitioned", "ck partitioned", 0.9)]
+          report.RatioSpec(SCENARIO, "eos partitioned", "ck partitioned", 0.9),
+          report.RatioSpec(SCENARIO, "eos datasource", "ck partitioned", 1.0)]
 
 
 def run(args: argparse.Namespace) -> list[report.Outcome]:

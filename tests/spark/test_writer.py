@@ -15,7 +15,7 @@ from pyspark.sql.functions import udf
 from test_writer_crash_points import visible
 
 from eosclient.errors import AbortableError, RecordTypeError
-from eosclient.spark import ExactlyOnceKafkaDataSource, _driver, eos_error_of
+from eosclient.spark import ExactlyOnceKafkaDataSource, ExactlyOnceKafkaSink, _driver, eos_error_of
 from eosclient.spark._writer import StreamWriter, WriterPlan
 from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
@@ -114,3 +114,20 @@ def test_a_zombie_attempts_stale_hand_over_is_never_decided(
     writer.commit([replay], 0)
     assert sorted(visible(servers, topic, 2)) == ["p1", "p2"]
     assert _driver.CRASH_POINTS  # (the commit's crash points: test_writer_crash_points.py)
+
+
+def test_foreach_batch_datasource_mode_is_a_thin_layer_over_the_writer(
+        spark: SparkSession, broker: RunningBroker, unique_name: Names) -> None:
+    topic = topics.create_topic(broker, unique_name("out"), 2)
+    servers = broker.bootstrap_servers
+    first = spark.createDataFrame([(f"a{i}",) for i in range(20)], "value string").repartition(2)
+    second = first.selectExpr("replace(value, 'a', 'b') as value")
+    with ExactlyOnceKafkaSink(bootstrap_servers=servers, topic=topic, mode="datasource",
+                              sink_id=unique_name("sink")) as sink:
+        sink(first, 0)
+        sink(second, 0)  # a replay of batch 0 (other rows, to tell): skipped
+        sink(second, 1)
+        assert [(o.batch_id, o.written, o.skipped) for o in sink.outcomes] == [
+            (0, 1, 0), (0, 0, 1), (1, 1, 0)]
+    seen = visible(servers, topic, 40)
+    assert sorted(seen) == sorted([f"a{i}" for i in range(20)] + [f"b{i}" for i in range(20)])

@@ -12,8 +12,9 @@ attempt and aborts its transaction.
 Options: ``bootstrap.servers`` (required), ``sinkId`` (required; one per query),
 ``topic`` (or a ``topic`` column), ``ledgerTopic`` (an existing topic whose partition 0 keeps
 the sink's records; default ``topic``), ``timeoutSeconds`` (60), ``chunkSize`` (5000), and any
-producer setting as ``kafka.<dotted key>`` (``kafka.linger.ms``). ``testing.crashAt`` is a
-test hook (:func:`eosclient.spark._driver.crash_point`).
+producer setting as ``kafka.<dotted key>`` (``kafka.linger.ms``). ``batchId`` (batch writes:
+the batch's id; a batch done already is skipped). ``testing.crashAt`` is a test hook
+(:func:`eosclient.spark._driver.crash_point`).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class WriterPlan:
     chunk_size: int
     done: int | None  # the last batch done when the writer was made (after recovery)
     crash_at: str | None = None  # tests only: the ``testing.crashAt`` option
+    batch_id: int | None = None  # the batch writer's ``batchId`` option
 
     @classmethod
     def make(cls, options: Mapping[str, str], schema: StructType) -> WriterPlan:
@@ -89,9 +91,9 @@ class WriterPlan:
                               key="ledgerTopic")
         timeout = _positive(get("timeoutSeconds"), "timeoutSeconds", float) or 60.0
         chunk_size = _positive(get("chunkSize"), "chunkSize", int) or 5000
-        producer_config: dict[str, object] = {k[len("kafka."):]: v for k, v in options.items()
-                           if k.lower().startswith("kafka.")
-                           and k.lower() != "kafka.bootstrap.servers"}
+        producer_config: dict[str, object] = {
+            k[len("kafka."):]: _setting(k[len("kafka."):], v) for k, v in options.items()
+            if k.lower().startswith("kafka.") and k.lower() != "kafka.bootstrap.servers"}
         if "transactional.id" in producer_config:
             raise ConfigError("the sink sets transactional.id from sinkId",
                               key="kafka.transactional.id")
@@ -106,8 +108,12 @@ class WriterPlan:
             done = _driver.recover(records, servers)
         finally:
             records.close()
+        batch_id = get("batchId")
+        if batch_id is not None and not (batch_id.isdigit() and int(batch_id) < 1 << 40):
+            raise ConfigError(f"must be an int >= 0, got {batch_id!r}", key="batchId")
         return cls(servers, sink_id, topic, anchor, partitions, layout, producer_config,
-                   timeout, chunk_size, done, get("testing.crashAt"))
+                   timeout, chunk_size, done, get("testing.crashAt"),
+                   None if batch_id is None else int(batch_id))
 
     def records(self) -> Records:
         return Records(self.bootstrap_servers, self.sink_id, self.anchor, self.timeout)
@@ -187,14 +193,19 @@ class StreamWriter(_Writing, DataSourceStreamArrowWriter):
 
 class BatchWriter(_Writing, DataSourceArrowWriter):
     """``write.format("eosclient-kafka")``: the whole job in one decision, as batch
-    ``done + 1`` of the sink (one job per sinkId at a time)."""
+    ``batchId`` of the sink (the option), or ``done + 1`` (one job per sinkId at a time).
+
+    With ``batchId``, a job whose batch is done already writes nothing (a replay, as
+    ``foreachBatch`` replays a micro-batch: :class:`~eosclient.spark.ExactlyOnceKafkaSink`'s
+    ``datasource`` mode)."""
 
     def __init__(self, plan: WriterPlan) -> None:
         self.plan = plan
-        self.batch = 0 if plan.done is None else plan.done + 1
+        self.batch = plan.batch_id if plan.batch_id is not None else \
+            0 if plan.done is None else plan.done + 1
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return self._write(iterator, None)
+        return self._write(iterator, self.batch)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         self._commit(messages, self.batch)
@@ -226,6 +237,14 @@ def _rows_of(record_batch: Any, layout: Layout) -> Iterable[Sequence[Any]]:
         columns[at] = [None if hs is None else [(h["key"], h["value"]) for h in hs]
                        for hs in columns[at]]
     return zip(*columns, strict=True)
+
+
+def _setting(key: str, value: str) -> object:
+    """A Spark option's text as a setting: integers as int (Spark options are all strings), as
+    the CLI's ``-X`` reads them; every ssl.*/sasl.* setting stays text."""
+    if value.lstrip("-").isdigit() and not key.startswith(("ssl.", "sasl.")):
+        return int(value)
+    return value
 
 
 def _getter(options: Mapping[str, str]) -> Any:
