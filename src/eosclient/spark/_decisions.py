@@ -33,7 +33,7 @@ from eosclient._core.types import TopicPartition
 from eosclient._net.blocking import BlockingConnection
 from eosclient.errors import (
     ApiKey,
-    EosError,
+    ConfigError,
     KafkaConnectionError,
     KafkaTimeoutError,
     RetriableError,
@@ -105,12 +105,19 @@ class Records:
         value = self._fetch(self.group("done"))
         return None if value is None else value - 1
 
-    def decision(self) -> Decision | None:
-        """The last decision, with its transactions, or None."""
+    def decided(self) -> tuple[int, int] | None:
+        """The last decision's (batch, number of tasks), or None: one read."""
         value = self._fetch(self.group("decided"))
         if value is None:
             return None
-        batch, count = (value >> _TASK_BITS) - 1, value & (MAX_TASKS - 1)
+        return (value >> _TASK_BITS) - 1, value & (MAX_TASKS - 1)
+
+    def decision(self) -> Decision | None:
+        """The last decision, with its transactions (one read per task), or None."""
+        header = self.decided()
+        if header is None:
+            return None
+        batch, count = header
         return Decision(batch, tuple(
             decode_entry(self.sink_id, i, self._fetch(self.group(f"t{i}")))
             for i in range(count)))
@@ -120,8 +127,9 @@ class Records:
     def decide(self, decision: Decision) -> None:
         """Write the entries, then the decision itself (the commit point)."""
         if len(decision.transactions) >= MAX_TASKS:
-            raise EosError(f"a batch of {len(decision.transactions)} tasks is more than the "
-                           f"writer records ({MAX_TASKS - 1})")
+            raise ConfigError(f"a batch of {len(decision.transactions)} tasks is more than the "
+                              f"writer records ({MAX_TASKS - 1}): repartition to fewer",
+                              key="partitions")
         for i, prepared in enumerate(decision.transactions):
             self._commit(self.group(f"t{i}"), encode_entry(prepared))
         self._commit(self.group("decided"), decision.encode())

@@ -87,6 +87,9 @@ def crash_point(setting: str | None, point: str, batch: int) -> None:
 def recover(records: Records, bootstrap_servers: str) -> int | None:
     """Finish a decided batch a dead driver left; return the last batch done (or None)."""
     done = records.done()
+    header = records.decided()
+    if header is None or (done is not None and header[0] <= done):
+        return done
     decision = records.decision()
     if decision is not None and (done is None or decision.batch > done):
         log.warning("sink %s: batch %d was decided but not finished; committing its %d "
@@ -152,7 +155,8 @@ def abort(records: Records, bootstrap_servers: str, messages: Sequence[TaskCommi
     committing anything. So a decided batch is finished instead, and only transactions the
     decision does not name are aborted.
     """
-    decision = records.decision()
+    header = records.decided()
+    decision = records.decision() if header is not None and header[0] == batch else None
     decided: set[PreparedTransaction] = set()
     if decision is not None and decision.batch == batch:
         recover(records, bootstrap_servers)
