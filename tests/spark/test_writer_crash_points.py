@@ -86,7 +86,7 @@ def whole_files(seen: list[str]) -> list[int]:
 
 def visible(servers: str, topic: str, count: int, timeout: float = 15.0) -> list[str]:
     """What read_committed readers see, once it is ``count`` records or ``timeout`` passed
-    (a broker moves the last stable offset a moment after EndTxn answers: noida-db)."""
+    (a margin for markers still being written; a shortfall fails the caller's checks)."""
     deadline = time.monotonic() + timeout
     while True:
         seen = [r.value.decode() for r in read_topic(servers, topic) if r.value]
