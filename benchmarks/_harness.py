@@ -8,6 +8,7 @@ on the producer it checks. Nothing here is timed.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
@@ -126,9 +127,10 @@ def _fetch(conn: BlockingConnection, topic: str, partition: int, offset: int) ->
         log_start_offset=-1,
         partition_max_bytes=_PARTITION_MAX_BYTES,
     )
+    # max_wait_ms 0 would answer at once, but Tansu then answers with no topics at all.
     request = FetchRequest(
         replica_id=-1,
-        max_wait_ms=0,
+        max_wait_ms=10,
         min_bytes=0,
         max_bytes=_FETCH_MAX_BYTES,
         isolation_level=_READ_UNCOMMITTED,
@@ -184,11 +186,12 @@ class ProxyProcess:
     """
 
     def __init__(self, upstream_host: str, upstream_port: int, latency: float,
-                 tls: Tls | None = None) -> None:
+                 tls: Tls | None = None, *, precise: bool = False) -> None:
         front = [str(tls.certs.server_cert), str(tls.certs.server_key)] if tls else []
+        flags = ["--precise"] if precise else []
         self._proc = subprocess.Popen(
-            [sys.executable, str(_PROXY_SCRIPT), upstream_host, str(upstream_port), str(latency),
-             *front],
+            [sys.executable, str(_PROXY_SCRIPT), *flags, upstream_host, str(upstream_port),
+             str(latency), *front],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,
@@ -204,6 +207,23 @@ class ProxyProcess:
     def bootstrap_servers(self) -> str:
         """``host:port`` of the proxy's listener."""
         return f"{self.host}:{self.port}"
+
+    def take_timings(self, timeout: float = 15.0) -> list[list[Any]]:
+        """The proxy's `Timing` rows since the last call (fields: `_proxy_process.FIELDS`).
+
+        Raises:
+            BenchmarkError: the proxy process did not answer in time, or answered nonsense.
+        """
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(b"timings\n")
+        self._proc.stdin.flush()
+        ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
+        line = self._proc.stdout.readline() if ready else b""
+        try:
+            rows: list[list[Any]] = json.loads(line)["timings"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BenchmarkError(f"the proxy process answered {line[:200]!r}") from exc
+        return rows
 
     def stop(self) -> None:
         """Stop the proxy process; idempotent."""

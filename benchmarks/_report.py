@@ -21,6 +21,21 @@ RTT: Final = "RTT"  # a ratio's denominator: one nominal round trip (twice the a
 MEASURED_RTT: Final = "measured RTT"  # one ApiVersions round trip through the proxy, measured
 
 
+def rtt_of(scenario: str) -> str:
+    """A denominator: one nominal round trip of ``scenario``'s own proxy (the rtt scenarios)."""
+    return f"{RTT} of {scenario}"
+
+
+def measured_rtt_of(scenario: str) -> str:
+    """A denominator: one ApiVersions round trip measured through ``scenario``'s own proxy."""
+    return f"{MEASURED_RTT} of {scenario}"
+
+
+def is_round_trip(denominator: str) -> bool:
+    """Whether a ratio's denominator is a round trip (the ratio is then in RTT, not x)."""
+    return denominator.startswith((RTT, MEASURED_RTT))
+
+
 @dataclass(slots=True)
 class Outcome:
     """Everything measured for one variant in one scenario."""
@@ -93,7 +108,7 @@ def compute_ratios(
 ) -> list[Ratio]:
     """Compute each ratio from the outcomes' headline values.
 
-    `round_trips` maps `RTT` and `MEASURED_RTT` to seconds.
+    `round_trips` maps `RTT`, `MEASURED_RTT` and the `rtt_of`/`measured_rtt_of` names to seconds.
     """
     by_key = {(o.scenario, o.key): o for o in outcomes}
     ratios = []
@@ -101,7 +116,8 @@ def compute_ratios(
         top = by_key.get((spec.scenario, spec.numerator))
         bottom = by_key.get((spec.scenario, spec.denominator))
         a = top.value() if top else None
-        b = round_trips.get(spec.denominator) or (bottom.value() if bottom else None)
+        b = round_trips.get(spec.denominator) if is_round_trip(spec.denominator) else (
+            bottom.value() if bottom else None)
         value = a / b if a is not None and b else None
         text = f"{_label(top, spec.numerator)} / {_label(bottom, spec.denominator)}"
         ratios.append(Ratio(spec, text, value))
@@ -134,11 +150,11 @@ def format_outcome(outcome: Outcome, rtt: float) -> str:
 
 def format_ratio(ratio: Ratio) -> list[str]:
     """The cells of one ratio row: scenario, comparison, value, target, verdict."""
-    unit = " RTT" if ratio.spec.denominator in (RTT, MEASURED_RTT) else "x"
+    unit = " RTT" if is_round_trip(ratio.spec.denominator) else "x"
     value = "-" if ratio.value is None else f"{ratio.value:.2f}{unit}"
     target = ratio.spec.note
     if ratio.spec.target is not None:
-        target = f"{ratio.spec.direction} {ratio.spec.target:.1f}{unit} {target}".rstrip()
+        target = f"{ratio.spec.direction} {ratio.spec.target:g}{unit} {target}".rstrip()
     return [ratio.spec.scenario, ratio.text, value, target, ratio.verdict()]
 
 

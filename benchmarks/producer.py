@@ -4,9 +4,10 @@ Run: ``.venv/bin/python benchmarks/producer.py [--quick] [--repeat 3] [--tls] [-
 
 Method
 ------
-One noida-db broker is started for the run (``start_broker("noida")``) and stopped at the end.
-Every client is a transactional producer with the same ``linger.ms`` (5 ms by default), acks=all
-and no compression; values are 100 random bytes with no key. Three scenarios:
+One noida-db broker is started for the run (``start_broker("noida")``), and a Tansu broker too
+when the rtt scenario runs on it; all are stopped at the end. Every client is a transactional
+producer with the same ``linger.ms`` (5 ms by default), acks=all and no compression; values are
+100 random bytes with no key. Four scenarios:
 
 1. **bulk**: transactions of ``--records`` (10,000) records; records/s over ``--bulk-transactions``
    transactions, each timed from ``begin_transaction`` to the return of ``commit_transaction``
@@ -15,6 +16,11 @@ and no compression; values are 100 random bytes with no key. Three scenarios:
 3. **latency**: the same, through `KafkaProxy` adding ``--proxy-latency-ms`` (1 ms) each way;
    the per-transaction latency (median, p99) in ms and in round trips (RTT = twice that).
    eosclient runs with pre-registration (``begin_transaction(partitions=[...])``) and without.
+4. **rtt** (issue 14): the same at a 5 ms RTT (``--rtt-ms``) with ``linger.ms=0``, on noida-db
+   and on Tansu (``--rtt-broker``), each behind a precise latency proxy of its own; besides the
+   latency, the proxy's timings say per transaction which requests went out, how many round trips
+   the client waited for one after the other, and how the time split between the added latency,
+   the proxy, the broker and the client (``_rtt.py``).
 
 With ``--tls`` the bulk and small scenarios run through one TLS front (`KafkaProxy` with a
 throwaway CA's certificate, in a process of its own) before the broker, and every client gets
@@ -55,17 +61,19 @@ import importlib.metadata
 import os
 import platform
 import signal
+import statistics
 import sys
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import _harness
 import _producer_clients as clients
 import _report as report
+import _rtt
 
 from eosclient.testing.brokers import RunningBroker, start_broker
 from eosclient.testing.topics import create_topic
@@ -77,9 +85,12 @@ ROUND_ROBIN: Final = "round-robin over the partitions"
 CLIENT_PARTITIONER: Final = "each client's partitioner"
 
 DEFAULTS: Final = {"bulk_transactions": 20, "small_transactions": 1000,
-                   "latency_transactions": 300, "repeat": 3}
+                   "latency_transactions": 300, "rtt_transactions": 200, "repeat": 3}
 QUICK: Final = {"bulk_transactions": 3, "small_transactions": 200,
-                "latency_transactions": 100, "repeat": 1}
+                "latency_transactions": 100, "rtt_transactions": 50, "repeat": 1}
+RTT_BROKERS: Final = ("noida", "tansu")
+BROKER_NAMES: Final = {"noida": "noida-db", "tansu": "Tansu"}
+RTT_LINGER_MS: Final = 0  # the rtt scenario's linger.ms: a one-record transaction waits for nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +105,7 @@ class Scenario:
     unit: str
     placement: str  # ROUND_ROBIN or CLIENT_PARTITIONER
     via_proxy: bool
+    rtt_broker: str | None = None  # rtt scenarios: through this broker's RTT proxy, timed
 
     def partition(self, n: int) -> int | None:
         """Where the `n`-th transaction of a run sends its records."""
@@ -111,6 +123,35 @@ class Bench:
     values: list[bytes]
     run_id: str
     tls: _harness.Tls | None = None
+    rtt_fronts: dict[str, RttFront] = field(default_factory=dict)
+    breakdowns: dict[tuple[str, str], _rtt.Breakdown] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RttFront:
+    """A broker of the rtt scenario and the latency proxy (RTT/2 each way) before it."""
+
+    broker: RunningBroker
+    proxy: _harness.ProxyProcess
+    rtt: float  # nominal seconds
+    # One ApiVersions round trip through the proxy (seconds), measured before every run: the
+    # proxy's lateness follows the machine's load, which changes during a run.
+    samples: list[float] = field(default_factory=list)
+
+    @property
+    def measured(self) -> float:
+        """The median measured round trip."""
+        return statistics.median(self.samples)
+
+    def sample(self) -> None:
+        """Measure a round trip through the proxy now, and forget that exchange's timings."""
+        self.samples.append(_harness.measured_round_trip(self.proxy.host, self.proxy.port, 20))
+        self.proxy.take_timings()
+
+
+def rtt_key(kind: str) -> str:
+    """The rtt scenario's key on broker ``kind``."""
+    return f"rtt-{kind}"
 
 
 def ratio_specs() -> list[report.RatioSpec]:
@@ -131,6 +172,26 @@ def ratio_specs() -> list[report.RatioSpec]:
         spec("latency", "eos-plain", report.RTT),
         spec("latency", "eos-prereg", "ck", direction="<=", note="(lower is better)"),
         spec("latency", "eos-prereg", "kp", direction="<=", note="(lower is better)"),
+        *(s for kind in RTT_BROKERS for s in rtt_ratio_specs(kind)),
+    ]
+
+
+def rtt_ratio_specs(kind: str) -> list[report.RatioSpec]:
+    """Issue 14's targets at a 5 ms RTT: <= 3.2 RTT, and 1.35x faster than confluent-kafka."""
+    spec, key = report.RatioSpec, rtt_key(kind)
+    rtt, measured = report.rtt_of(key), report.measured_rtt_of(key)
+    return [
+        spec(key, "eos-prereg", measured, 3.2, "<=", "(median; see README)"),
+        spec(key, "eos-plain", measured, 3.2, "<=", "(median; see README)"),
+        spec(key, "ck", measured),
+        spec(key, "kp", measured),
+        spec(key, "eos-prereg", rtt, note="(nominal: the proxy's lateness included)"),
+        spec(key, "eos-plain", rtt),
+        spec(key, "ck", rtt),
+        spec(key, "kp", rtt),
+        spec(key, "ck", "eos-prereg", 1.35, note="(eosclient faster)"),
+        spec(key, "ck", "eos-plain", 1.35, note="(eosclient faster)"),
+        spec(key, "kp", "eos-prereg", note="(eosclient faster)"),
     ]
 
 
@@ -144,7 +205,12 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
         Scenario("latency", clients.SMALL_VARIANTS, 1, args.latency_transactions,
                  report.LATENCY, "per transaction", ROUND_ROBIN, via_proxy=True),
     ]
-    return [s for s in every if s.key in args.scenario]
+    chosen = [s for s in every if s.key in args.scenario]
+    if "rtt" in args.scenario:
+        chosen += [Scenario(rtt_key(kind), clients.SMALL_VARIANTS, 1, args.rtt_transactions,
+                            report.LATENCY, "per transaction", ROUND_ROBIN, via_proxy=True,
+                            rtt_broker=kind) for kind in args.rtt_broker]
+    return chosen
 
 
 # --- one run ------------------------------------------------------------------------------------
@@ -160,16 +226,26 @@ def run_once(
         Exception: whatever the client raised.
     """
     topic = f"bench-{bench.run_id}-{scenario.key}-{variant.key}-{repeat}"
-    broker = bench.broker
+    front = bench.rtt_fronts[scenario.rtt_broker] if scenario.rtt_broker else None
+    if front:
+        front.sample()
+    broker = front.broker if front else bench.broker
     create_topic(broker, topic, PARTITIONS)
     servers = bench.proxy_servers if scenario.via_proxy else bench.servers
+    if front:
+        servers = front.proxy.bootstrap_servers
     assert servers is not None
     tls = bench.tls
-    settings = clients.Settings(bootstrap_servers=servers, linger_ms=bench.linger_ms,
+    settings = clients.Settings(bootstrap_servers=servers,
+                                linger_ms=RTT_LINGER_MS if front else bench.linger_ms,
                                 security=tls.settings if tls else {},
                                 kafka_python_security=tls.kafka_python if tls else {})
     with _harness.watchdog(RUN_TIMEOUT):
-        durations = _timed_session(variant.open(settings, f"{topic}-txn"), topic, scenario, bench)
+        durations, window = _timed_session(variant.open(settings, f"{topic}-txn"), topic,
+                                           scenario, bench)
+    if front:
+        breakdown = bench.breakdowns.setdefault((scenario.key, variant.key), _rtt.Breakdown())
+        breakdown.add(front.proxy.take_timings(), *window, len(durations), front.rtt)
     _harness.check_landed(
         broker.host, broker.port, topic, PARTITIONS,
         expected=(scenario.transactions + 1) * scenario.records,
@@ -180,23 +256,27 @@ def run_once(
 
 def _timed_session(
     session: clients.Session, topic: str, scenario: Scenario, bench: Bench
-) -> list[float]:
+) -> tuple[list[float], tuple[float, float]]:
+    """The timed transactions' durations, and the window they ran in (``time.monotonic()``,
+    the proxy's clock)."""
     values = bench.values[: scenario.records]
     clock = time.perf_counter
     durations = []
     try:
         session.transaction(topic, values, scenario.partition(0))  # warm-up, untimed
+        first = time.monotonic()
         for n in range(1, scenario.transactions + 1):
             partition = scenario.partition(n)
             start = clock()
             session.transaction(topic, values, partition)
             durations.append(clock() - start)
+        last = time.monotonic()
     except BaseException:
         with contextlib.suppress(Exception):
             session.close()
         raise
     session.close()
-    return durations
+    return durations, (first, last)
 
 
 def record(outcome: report.Outcome, scenario: Scenario, durations: Sequence[float]) -> None:
@@ -233,7 +313,8 @@ def run_scenario(bench: Bench, scenario: Scenario, repeats: int) -> list[report.
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Start the broker (and the proxy), run the scenarios, stop everything; return the results."""
+    """Start the brokers (and the proxies), run the scenarios, stop everything; return the
+    results."""
     values = [os.urandom(VALUE_SIZE) for _ in range(args.records)]
     with contextlib.ExitStack() as stack:
         _harness.progress("starting noida-db")
@@ -249,10 +330,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "direct_ms": _harness.measured_round_trip(broker.host, broker.port) * 1e3,
             "proxy_ms": _harness.measured_round_trip(proxy.host, proxy.port) * 1e3,
         }
+        if "rtt" in args.scenario:
+            for kind in args.rtt_broker:
+                bench.rtt_fronts[kind] = _rtt_front(stack, kind, broker, args.rtt_ms / 1e3)
         outcomes = []
         for scenario in scenarios(args):
             outcomes.extend(run_scenario(bench, scenario, args.repeat))
-    return {"outcomes": outcomes, "round_trips": round_trips}
+        for kind, front in bench.rtt_fronts.items():
+            round_trips[f"{rtt_key(kind)}_ms"] = front.measured * 1e3
+    return {"outcomes": outcomes, "round_trips": round_trips, "breakdowns": bench.breakdowns,
+            "rtt_fronts": {rtt_key(k): (f.rtt, f.measured) for k, f in bench.rtt_fronts.items()}}
+
+
+def _rtt_front(stack: contextlib.ExitStack, kind: str, noida: RunningBroker,
+               rtt: float) -> RttFront:
+    """The rtt scenario's broker ``kind`` (noida-db: the one already running) and its proxy."""
+    broker = noida
+    if kind != "noida":
+        _harness.progress(f"starting {BROKER_NAMES[kind]}")
+        broker = stack.enter_context(start_broker(kind))  # type: ignore[arg-type]
+    proxy = _harness.ProxyProcess(broker.host, broker.port, rtt / 2, precise=True)
+    stack.callback(proxy.stop)
+    front = RttFront(broker, proxy, rtt)
+    front.sample()
+    return front
 
 
 def environment() -> dict[str, str]:
@@ -269,22 +370,36 @@ def environment() -> dict[str, str]:
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:
     """The sizes and settings of this run."""
     names = ("records", "bulk_transactions", "small_transactions", "latency_transactions",
-             "repeat", "linger_ms", "proxy_latency_ms", "scenario", "tls")
+             "rtt_transactions", "repeat", "linger_ms", "proxy_latency_ms", "rtt_ms",
+             "rtt_broker", "scenario", "tls")
     return {name: getattr(args, name) for name in names} | {
         "partitions": PARTITIONS, "value_bytes": VALUE_SIZE, "broker": "noida-db"}
 
 
 def render(env: dict[str, str], settings: dict[str, Any], results: dict[str, Any],
-           ratios: list[report.Ratio], rtt: float) -> str:
-    """The printed report: versions, settings, results, ratios."""
+           ratios: list[report.Ratio], rtts: dict[str, float]) -> str:
+    """The printed report: versions, settings, results, where the round trips went, ratios."""
     outcomes: list[report.Outcome] = results["outcomes"]
     trips = results["round_trips"]
+    rtt = rtts[report.RTT]
     lines = ["", "versions: " + "; ".join(f"{k} {v}" for k, v in env.items()),
              "settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()),
              f"round trip: nominal {rtt * 1e3:.2f} ms through the proxy; ApiVersions measured"
-             f" {trips['proxy_ms']:.2f} ms through it, {trips['direct_ms']:.2f} ms direct", ""]
-    rows = [[o.scenario, o.label, report.format_outcome(o, rtt)] for o in outcomes]
-    lines += [report.table(rows, ["scenario", "client", "result"]), ""]
+             f" {trips['proxy_ms']:.2f} ms through it, {trips['direct_ms']:.2f} ms direct"]
+    for key, (nominal, measured) in results["rtt_fronts"].items():
+        lines.append(f"{key}: nominal {nominal * 1e3:.2f} ms through its proxy, linger.ms="
+                     f"{RTT_LINGER_MS}; ApiVersions measured {measured * 1e3:.2f} ms through it "
+                     "(median of one measurement before each run)")
+    rows = [[o.scenario, o.label, report.format_outcome(o, rtts.get(report.rtt_of(o.scenario),
+                                                                      rtt))] for o in outcomes]
+    lines += ["", report.table(rows, ["scenario", "client", "result"]), ""]
+    breakdowns: dict[tuple[str, str], _rtt.Breakdown] = results["breakdowns"]
+    if breakdowns:
+        labels = {(o.scenario, o.key): o.label for o in outcomes}
+        rows = [[scenario, labels[(scenario, key)], b.summary()]
+                for (scenario, key), b in breakdowns.items()]
+        lines += ["where the round trips went, per transaction (from the proxy's timings):",
+                  report.table(rows, ["scenario", "client", "requests and time"]), ""]
     rows = [report.format_ratio(r) for r in ratios]
     lines += [report.table(rows, ["scenario", "ratio", "value", "target", "verdict"]), ""]
     return "\n".join(lines)
@@ -300,7 +415,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, help="runs per variant, interleaved")
     parser.add_argument("--linger-ms", type=int, default=5, help="linger.ms for every client")
     parser.add_argument("--proxy-latency-ms", type=float, default=1.0, help="added each way")
-    parser.add_argument("--scenario", action="append", choices=["bulk", "small", "latency"],
+    parser.add_argument("--rtt-transactions", type=int,
+                        help="timed transactions per run of the rtt scenario")
+    parser.add_argument("--rtt-ms", type=float, default=5.0,
+                        help="the rtt scenario's round trip (half of it added each way)")
+    parser.add_argument("--rtt-broker", action="append", choices=list(RTT_BROKERS),
+                        help="run the rtt scenario on this broker (repeatable; default both)")
+    parser.add_argument("--scenario", action="append",
+                        choices=["bulk", "small", "latency", "rtt"],
                         help="run only this scenario (repeatable)")
     parser.add_argument("--tls", action="store_true",
                         help="bulk and small through a TLS front, every client with the same "
@@ -310,9 +432,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     _harness.fill_defaults(args, QUICK if args.quick else DEFAULTS)
     args.scenario = args.scenario or (["bulk", "small"] if args.tls
-                                      else ["bulk", "small", "latency"])
-    if args.tls and "latency" in args.scenario:
-        parser.error("--tls runs the bulk and small scenarios (latency is measured in plaintext)")
+                                      else ["bulk", "small", "latency", "rtt"])
+    args.rtt_broker = args.rtt_broker or list(RTT_BROKERS)
+    if args.tls and {"latency", "rtt"} & set(args.scenario):
+        parser.error("--tls runs the bulk and small scenarios (latency and rtt are measured in "
+                     "plaintext)")
     return args
 
 
@@ -325,17 +449,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     results = run(args)
     rtt = 2 * args.proxy_latency_ms / 1e3
-    measured = results["round_trips"]["proxy_ms"] / 1e3
-    ratios = report.compute_ratios(
-        results["outcomes"], ratio_specs(), {report.RTT: rtt, report.MEASURED_RTT: measured}
-    )
-    print(render(env, settings, results, ratios, rtt))
+    rtts = {report.RTT: rtt, report.MEASURED_RTT: results["round_trips"]["proxy_ms"] / 1e3}
+    for key, (nominal, measured) in results["rtt_fronts"].items():
+        rtts |= {report.rtt_of(key): nominal, report.measured_rtt_of(key): measured}
+    ratios = report.compute_ratios(results["outcomes"], ratio_specs(), rtts)
+    print(render(env, settings, results, ratios, rtts))
     print(f"(whole run: {time.monotonic() - started:.0f} s)")
     if args.json:
         report.write_json(args.json, {
             "environment": env, "settings": settings, "nominal_rtt_ms": rtt * 1e3,
             "round_trips": results["round_trips"],
-            "results": [report.outcome_json(o, rtt) for o in results["outcomes"]],
+            "results": [report.outcome_json(o, rtts.get(report.rtt_of(o.scenario), rtt))
+                        for o in results["outcomes"]],
+            "where_round_trips_went": [
+                {"scenario": scenario, "variant": key, **b.per_transaction()}
+                for (scenario, key), b in results["breakdowns"].items()],
             "ratios": [report.ratio_json(r) for r in ratios],
         })
     return 0

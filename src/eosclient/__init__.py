@@ -8,6 +8,8 @@ from __future__ import annotations
 # Before the imports: eosclient._protocol reads it while this package is being imported.
 __version__ = "0.1.0.dev0"
 
+import logging
+
 from eosclient._core.types import TopicPartition
 from eosclient._producer.results import RecordMetadata
 from eosclient.config import ClientConfig, ConsumerConfig, ProducerConfig
@@ -18,6 +20,7 @@ from eosclient.errors import (
     CommitFailedError,
     ConfigError,
     CorruptRecordError,
+    DeserializationError,
     EosError,
     EpochBumpRequiredError,
     FatalError,
@@ -41,17 +44,20 @@ from eosclient.errors import (
 from eosclient.group_metadata import ConsumerGroupMetadata
 from eosclient.processor import ExactlyOnceProcessor, OutputRecord, ProcessorStats
 from eosclient.producer import PreparedTransaction, TransactionalProducer, end_prepared
+from eosclient.stats import ClientStats, RequestStats
 
 __all__ = [
     "AbortableError",
     "AuthenticationError",
     "ClientConfig",
+    "ClientStats",
     "CommitFailedError",
     "ConfigError",
     "ConsumerConfig",
     "ConsumerGroupMetadata",
     "ConsumerRecord",
     "CorruptRecordError",
+    "DeserializationError",
     "EosError",
     "EpochBumpRequiredError",
     "ExactlyOnceProcessor",
@@ -71,6 +77,7 @@ __all__ = [
     "RecordMetadata",
     "RecordTooLargeError",
     "RecordTypeError",
+    "RequestStats",
     "ResponseTooLargeError",
     "RetriableError",
     "SaslAuthenticationError",
@@ -84,3 +91,7 @@ __all__ = [
     "__version__",
     "end_prepared",
 ]
+
+# A library logs, the application decides where to: without a handler of its own, eosclient's
+# records go nowhere (not to logging's last-resort stderr handler).
+logging.getLogger("eosclient").addHandler(logging.NullHandler())

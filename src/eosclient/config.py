@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from eosclient._core.isolation import DEFAULT_MAX_HELD_BYTES
 from eosclient._core.limits import string_problem
 from eosclient._core.partitioner import Partitioner, default_partitioner
-from eosclient._core.records import Serializer, compression_for
+from eosclient._core.records import Deserializer, Serializer, compression_for
 from eosclient.errors import ConfigError
 
 __all__ = ["ClientConfig", "ConsumerConfig", "ProducerConfig", "Secret", "build", "setting"]
@@ -329,6 +329,13 @@ class ClientConfig:
         "again before the token expires (confluent-kafka's oauth_cb)"))
     sasl_oauthbearer_config: str | None = field(default=None, metadata=setting(
         "sasl.oauthbearer.config", text(optional=True), "passed to oauth_cb as it is"))
+    statistics_interval_ms: int = field(default=0, metadata=setting(
+        "statistics.interval.ms", integer(0),
+        "how often stats_cb is called with a stats() snapshot; 0: never (librdkafka's name)"))
+    stats_cb: Callable[[Any], object] | None = field(default=None, metadata=setting(
+        "stats_cb", function(optional=True),
+        "(ClientStats) -> None, called every statistics.interval.ms on a thread of its own "
+        "(confluent-kafka's stats_cb, given the dataclass rather than JSON)"))
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
@@ -345,6 +352,10 @@ class ClientConfig:
             if top < base:
                 raise ConfigError(f"must be at least the initial backoff ({base}), got {top}",
                                   key=key)
+        if (self.stats_cb is None) != (self.statistics_interval_ms == 0):
+            raise ConfigError("stats_cb and statistics.interval.ms go together: one without "
+                              "the other would never report", key="stats_cb"
+                              if self.stats_cb is not None else "statistics.interval.ms")
         self._check_security()
 
     @property
@@ -530,6 +541,12 @@ class ConsumerConfig(ClientConfig):
     max_held_bytes: int = field(default=DEFAULT_MAX_HELD_BYTES, metadata=setting(
         "read.committed.max.held.bytes", integer(1),
         "per partition: transactional data held for its marker before scanning (eosclient)"))
+    key_deserializer: Deserializer | None = field(default=None, metadata=setting(
+        "key.deserializer", function(optional=True),
+        "key bytes -> object (not called for a null key); None delivers bytes"))
+    value_deserializer: Deserializer | None = field(default=None, metadata=setting(
+        "value.deserializer", function(optional=True),
+        "value bytes -> object (not called for a tombstone); None delivers bytes"))
 
     @property
     def read_committed(self) -> bool:

@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 import ssl
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from eosclient._consumer import args
+from eosclient._consumer.deserialize import deserialize
 from eosclient._consumer.fetcher import Fetcher
 from eosclient._consumer.lookups import Ends
 from eosclient._consumer.loop import IoLoop, serialized
@@ -43,8 +45,10 @@ from eosclient._consumer.partitions import (
     missing,
 )
 from eosclient._core.isolation import Isolation
+from eosclient._core.records import Deserializer
 from eosclient._core.types import TopicPartition
 from eosclient._net.client import NetworkClient
+from eosclient._stats_reporter import StatsReporter
 from eosclient.config import ConsumerConfig
 from eosclient.errors import (
     AbortableError,
@@ -58,6 +62,7 @@ from eosclient.errors import (
 )
 from eosclient.group import GroupCoordinator, RebalanceCallback
 from eosclient.group_metadata import ConsumerGroupMetadata
+from eosclient.stats import ClientStats
 
 __all__ = ["ConsumerRecord", "ReadCommittedConsumer", "TopicMetadata"]
 
@@ -80,7 +85,8 @@ class TopicMetadata(NamedTuple):
 
 
 class _Mode(enum.Enum):
-    NONE = "no partitions yet"
+    UNSET = "neither assign() nor subscribe() was called"
+    NONE = "assign() with no partitions"
     ASSIGN = "assign(): partitions chosen by the application"
     SUBSCRIBE = "subscribe(): partitions given by the group"
 
@@ -108,6 +114,10 @@ class ReadCommittedConsumer:
         sasl_username: ``sasl.username``.
         sasl_password: ``sasl.password`` (kept as a :class:`~eosclient.config.Secret`).
             The other ``ssl.*``/``sasl.*`` settings go in ``config``; see docs/security.md.
+        key_deserializer: Turns key bytes into what records carry (not called for a null
+            key); default: bytes. If it raises, :meth:`poll` raises
+            :class:`~eosclient.errors.DeserializationError` and the position stays at the record.
+        value_deserializer: The same for values (not called for a tombstone).
         config: Any setting by Kafka's dotted key (``{"fetch.max.bytes": 52428800}``), or a
             whole :class:`~eosclient.config.ConsumerConfig` (then pass no other setting).
 
@@ -124,6 +134,8 @@ class ReadCommittedConsumer:
                  ssl_context: ssl.SSLContext | None = None,
                  sasl_mechanism: str | None = None, sasl_username: str | None = None,
                  sasl_password: str | None = None,
+                 key_deserializer: Deserializer | None = None,
+                 value_deserializer: Deserializer | None = None,
                  config: Mapping[str, object] | ConsumerConfig | None = None) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
         self.config = cfg = args.config_of(given, config)
@@ -138,15 +150,21 @@ class ReadCommittedConsumer:
         self._fetcher = Fetcher(cfg, client, self._assignment)
         self._group = GroupCoordinator(cfg, client, self._assignment) if cfg.group_id else None
         loop.drivers = [*([self._group] if self._group else []), self._fetcher]
-        self._mode = _Mode.NONE
+        self._mode = _Mode.UNSET
         self._on_assign: RebalanceCallback | None = None
         self._on_revoke: RebalanceCallback | None = None
         self._on_lost: RebalanceCallback | None = None
         self._assigned_at = 0  # the metadata version when assign() was called
+        self._pattern: re.Pattern[str] | None = None  # subscribe(pattern)
+        self._matched_at = -1  # the metadata version the pattern was last matched against
         self._closed = False
         self._app_lock = threading.RLock()  # serializes the application's calls (see above)
+        self._delivered = 0  # records poll() returned (stats())
         loop.start()
         self._finalizer = weakref.finalize(self, loop.stop)  # never closed: stop the thread
+        self._reporter = None if cfg.stats_cb is None else StatsReporter(
+            cfg.statistics_interval_ms / 1000, self.stats, cfg.stats_cb,
+            f"eosclient-stats-{cfg.client_id}")
 
     # -- partitions -----------------------------------------------------------------------------
 
@@ -173,10 +191,18 @@ class ReadCommittedConsumer:
             self._loop.wake()
 
     @serialized
-    def subscribe(self, topics: Iterable[str], on_assign: RebalanceCallback | None = None,
+    def subscribe(self, topics: Iterable[str] | re.Pattern[str],
+                  on_assign: RebalanceCallback | None = None,
                   on_revoke: RebalanceCallback | None = None,
                   on_lost: RebalanceCallback | None = None) -> None:
         """Join the group and consume the partitions it assigns of ``topics``.
+
+        ``topics`` may be a compiled regular expression (``re.compile(r"orders-.*")``): the
+        topics whose whole name it matches (internal topics left out), matched again on every
+        metadata refresh (at least every ``metadata.max.age.ms``), so a topic created later
+        joins the subscription (the member rejoins the group with it). The group is joined
+        once the first match is found. A topic that stops matching (deleted) stays subscribed
+        while another still matches.
 
         ``on_revoke(partitions)`` runs before partitions are given up (commit there what was
         processed), ``on_assign(partitions)`` after new ones are given; all on the thread
@@ -191,7 +217,8 @@ class ReadCommittedConsumer:
             IllegalStateError: no ``group_id``, partitions were assign()ed, or closed.
             TypeError, ValueError: ``topics`` is not a non-empty iterable of str.
         """
-        names = args.topics_of(topics)
+        pattern = topics if isinstance(topics, re.Pattern) else None
+        names = [] if pattern is not None else args.topics_of(topics)
         group = self._need_group("subscribe()")
         with self._lock:
             self._check_open()
@@ -199,8 +226,14 @@ class ReadCommittedConsumer:
                 raise IllegalStateError("subscribe() after assign(): use one or the other")
             self._mode = _Mode.SUBSCRIBE
             self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
-            self._metadata.want(names)
-            group.membership.subscribe(names, time.monotonic())
+            self._pattern = pattern
+            if pattern is not None:
+                self._matched_at = -1
+                self._metadata.want_all()
+                self._match_pattern()
+            else:
+                self._metadata.want(names)
+                group.membership.subscribe(names, time.monotonic())
             self._loop.wake()
 
     def assignment(self) -> list[TopicPartition]:
@@ -235,20 +268,30 @@ class ReadCommittedConsumer:
         """Committed records (all records under read_uncommitted), in offset order per partition.
 
         Runs the rebalance callbacks when the group rebalances. Returns as soon as records are
-        ready, or an empty list when ``timeout`` passes.
+        ready, or an empty list when ``timeout`` passes. Paused partitions deliver nothing.
+        With a ``key_deserializer`` or ``value_deserializer``, records carry what they return.
 
         Raises:
+            IllegalStateError: neither :meth:`assign` nor :meth:`subscribe` was called (the
+                poll could only wait: Java raises too), or the consumer is closed. After
+                ``assign([])`` it returns an empty list: owning no partitions for a while is a
+                state a dynamic application may be in.
+            DeserializationError: a deserializer raised, and no other record was ready; the
+                partition's position stays at the record (every poll raises again until a
+                seek past it).
             CorruptRecordError: a fetched batch failed its CRC or parse; the position stays at
                 it, and every poll raises again until a seek past it.
             OffsetOutOfRangeError: a position is gone and ``auto.offset.reset`` is ``none``.
             RetriableError: an assigned topic or partition does not exist (after the metadata
                 said so; UNKNOWN_TOPIC_OR_PARTITION).
             FatalError: the group failed (e.g. INCONSISTENT_GROUP_PROTOCOL), or a bug.
-            IllegalStateError: the consumer is closed.
-            Whatever a rebalance callback raised, after the rebalance step was done.
+            Exception: whatever a rebalance callback raised, after the rebalance step was done.
         """
         seconds = args.timeout_of(timeout, 0)
         limit = args.max_records_of(max_records, self.config.max_poll_records)
+        if self._mode is _Mode.UNSET and not self._closed:
+            raise IllegalStateError("poll() before assign() or subscribe(): there is nothing "
+                                    "to fetch, so it could only wait")
         deadline = time.monotonic() + seconds
         with self._app_lock:
             while True:
@@ -256,9 +299,18 @@ class ReadCommittedConsumer:
                 with self._lock:
                     fed = self._take_in()
                 records, followups = self._assignment.drain(limit)  # decoding: no lock held
+                cfg = self.config
+                done = None  # the application's deserializers: on its thread, no lock held
+                if records and (cfg.key_deserializer or cfg.value_deserializer):
+                    done = deserialize(records, cfg.key_deserializer, cfg.value_deserializer)
+                    records = done.records
                 with self._lock:
                     error = self._settle(followups, fed)
+                    if done is not None and done.error is not None:
+                        self._rewind(done.rewind)
+                        error = error or done.error
                     if records:
+                        self._delivered += len(records)
                         return records
                     if error is not None:
                         raise error.with_traceback(None)
@@ -268,6 +320,58 @@ class ReadCommittedConsumer:
                     if remaining <= 0:
                         return records
                     self._changed.wait(remaining)
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """``for record in consumer``: :meth:`records` with no idle timeout (ends on ``break``,
+        on an exception, or once the consumer is closed)."""
+        return self.records()
+
+    def records(self, idle_timeout: float | None = None, poll_timeout: float = 1.0,
+                ) -> Iterator[ConsumerRecord]:
+        """The records :meth:`poll` delivers, one at a time, for as long as the loop wants them.
+
+        The iteration ends when the loop breaks, when ``idle_timeout`` seconds pass with no
+        record (None: never), or when the consumer is closed (by the loop's body, say). It
+        takes one record per poll, so the position (and a :meth:`commit` made inside the loop)
+        never passes a record the loop has not seen; rebalance callbacks run inside it, as
+        inside :meth:`poll`.
+
+        Raises:
+            Exception: whatever :meth:`poll` raises, at the record where it happened; the
+                iteration ends.
+        """
+        idle = None if idle_timeout is None else args.timeout_of(idle_timeout, 0)
+        wait = args.timeout_of(poll_timeout, 0)
+        quiet_since = time.monotonic()
+        while not self._closed:
+            got = self.poll(wait if idle is None else min(wait, idle), max_records=1)
+            if got:
+                yield got[0]
+                quiet_since = time.monotonic()
+            elif idle is not None and time.monotonic() - quiet_since >= idle:
+                return
+
+    @serialized
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop fetching ``partitions`` and delivering their records (what was fetched waits
+        for :meth:`resume`); their positions stay. The group membership is unaffected, and
+        a partition given back in a rebalance and assigned again starts unpaused.
+
+        Raises:
+            IllegalStateError: a partition is not assigned, or closed; nothing changed.
+            TypeError, ValueError: not an iterable of (topic, partition >= 0); nothing changed.
+        """
+        self._set_paused(partitions, True)
+
+    @serialized
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        """Fetch and deliver ``partitions`` again after :meth:`pause`. Raises as :meth:`pause`."""
+        self._set_paused(partitions, False)
+
+    def paused(self) -> list[TopicPartition]:
+        """The assigned partitions that are paused now."""
+        with self._lock:
+            return [tp for tp, state in self._assignment.states.items() if state.paused]
 
     # -- positions ------------------------------------------------------------------------------
 
@@ -503,6 +607,16 @@ class ReadCommittedConsumer:
         return ConsumerGroupMetadata(group.group_id, joined[0], joined[1],
                                      self.config.group_instance_id)
 
+    def stats(self) -> ClientStats:
+        """A snapshot of this consumer's counters and request timings (see
+        :mod:`eosclient.stats`); cheap, never blocks on the network. Works after close()."""
+        with self._lock:
+            return ClientStats(
+                "consumer", self.config.client_id, records=self._delivered,
+                batches=self._assignment.fed,
+                rebalances=self._group.assignments if self._group is not None else 0,
+                requests=self._loop.client.latency.snapshot())
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     @serialized
@@ -520,6 +634,8 @@ class ReadCommittedConsumer:
                 self._on_revoke(owned)
             except Exception:  # closing always closes
                 log.exception("on_revoke raised while closing")
+        if self._reporter is not None:
+            self._reporter.stop()
         with self._lock:
             self._closed = True
             if self._group is not None and self._loop.crashed is None:
@@ -574,6 +690,7 @@ class ReadCommittedConsumer:
             if self._group.membership.error is not None:
                 raise self._group.membership.error.with_traceback(None)
         self._check_topics()
+        self._match_pattern()
         return self._assignment.feed_all(now, self._fetcher.backoff.initial)
 
     def _settle(self, followups: list[Followup], fed: bool) -> EosError | None:
@@ -591,6 +708,19 @@ class ReadCommittedConsumer:
             if error is not None:
                 raise error
 
+    def _match_pattern(self) -> None:
+        """Subscribe to the topics the pattern matches in the newest all-topics metadata;
+        under the lock. The membership rejoins only if the set changed."""
+        listed, version = self._metadata.all_topics, self._metadata.version
+        if self._pattern is None or listed is None or version == self._matched_at:
+            return
+        self._matched_at = version
+        matched = sorted(t for t in listed if self._pattern.fullmatch(t))
+        if matched and self._group is not None:
+            self._metadata.want(matched)
+            self._group.membership.subscribe(matched, time.monotonic())
+            self._loop.wake()
+
     def _rebalance_due(self) -> bool:
         return self._group is not None and self._group.rebalance_due
 
@@ -607,6 +737,23 @@ class ReadCommittedConsumer:
             for state in states:
                 state.reset(how)
             self._loop.wake()
+
+    def _set_paused(self, partitions: Iterable[TopicPartition], paused: bool) -> None:
+        tps = args.partitions_of(partitions)
+        with self._lock:
+            states = [self._state(tp) for tp in tps]
+            for state in states:
+                state.paused = paused
+            self._loop.wake()
+
+    def _rewind(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Move each partition's position back to a record the application was not given (a
+        deserializer failed on it); under the lock."""
+        for tp, offset in offsets.items():
+            state = self._assignment.states.get(tp)
+            if state is not None:
+                state.seek(offset)
+        self._loop.wake()
 
     def _ends(self, partition: TopicPartition, timeout: float | None) -> Ends:
         tp = args.partition_of(partition)

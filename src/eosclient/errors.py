@@ -76,6 +76,8 @@ The exception tree
     │   ├── UnsupportedVersionError     no API version both sides speak
     │   ├── OffsetOutOfRangeError       the fetch position is gone and auto.offset.reset is none
     │   ├── CorruptRecordError          a fetched record batch failed its CRC-32C or its parse
+    │   ├── DeserializationError        a key or value deserializer raised -> fix it, or seek
+    │   │                               past the record
     │   └── AuthenticationError         the connection could not be authenticated -> fix the
     │       │                           credentials, certificates or security.protocol
     │       ├── SaslAuthenticationError the broker refused the SASL login (58, 33, 34)
@@ -109,6 +111,7 @@ __all__ = [
     "CommitFailedError",
     "ConfigError",
     "CorruptRecordError",
+    "DeserializationError",
     "EosError",
     "EpochBumpRequiredError",
     "FatalError",
@@ -284,6 +287,32 @@ class CorruptRecordError(FatalError):
         self.topic = topic
         self.partition = partition
         self.offset = offset
+
+
+class DeserializationError(FatalError):
+    """The consumer's ``key_deserializer`` or ``value_deserializer`` raised on a record.
+
+    Raised by ``poll()`` when it has no other record to return (records of other partitions,
+    and of this partition before it, are delivered first). The partition's position stays at
+    the record, so every poll raises again until the application seeks past it
+    (``seek(tp, offset + 1)``) or a fixed deserializer reads it; a commit never skips it. The
+    deserializer's exception is chained as ``__cause__``. Raised locally, with ``api`` set to
+    Fetch.
+
+    Attributes:
+        topic: The record's topic.
+        partition: The record's partition.
+        offset: The record's offset.
+        field: ``"key"`` or ``"value"``.
+    """
+
+    def __init__(self, message: str, *, topic: str, partition: int, offset: int,
+                 field: str) -> None:
+        super().__init__(f"{topic}-{partition} at offset {offset}: {message}", api=ApiKey.FETCH)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.field = field
 
 
 class AuthenticationError(FatalError):

@@ -14,7 +14,14 @@ network client, under the consumer's lock, once per loop step:
 Like Java's consumer, it talks to the coordinator over a connection of its own (node id
 ``2**31 - 1 - broker id``), so that a JoinGroup the coordinator holds for the whole rebalance
 (Tansu: about 23 s) and Fetches the broker holds for ``fetch.max.wait.ms`` never wait behind
-each other.
+each other. Unlike Java's, JoinGroup and SyncGroup have a second one (node id
+``-2**30 - broker id``): a broker answers a connection's requests in order, and the coordinator
+holds those two until the rebalance completes, up to the rebalance timeout. A LeaveGroup
+queued behind a held JoinGroup (a member closed while joining) was never read: the process
+exited, the coordinator waited for the departed member to join, and noida-db, which lets no
+session expire during a rebalance, held everybody's JoinGroup for the whole
+``max.poll.interval.ms`` (5 minutes). On their own connection, LeaveGroup, heartbeats and offset
+commits are answered at once, whatever the rebalance is doing.
 
 What it does not do is touch the application: the membership stops in REVOKING and ASSIGNING,
 and the consumer's ``poll()`` runs ``on_revoke`` and ``on_assign`` on the application's thread.
@@ -45,6 +52,8 @@ RebalanceCallback = Callable[[list[TopicPartition]], object]
 application's thread."""
 
 _COORDINATOR_IDS: Final = 2**31 - 1  # Java: Integer.MAX_VALUE - broker id
+_JOIN_IDS: Final = -(2**30)  # JoinGroup and SyncGroup, which the coordinator holds (above)
+_HELD: Final = frozenset({"join", "sync"})
 
 
 class RebalanceStep(NamedTuple):
@@ -91,6 +100,7 @@ class GroupCoordinator:
         self._assignment = assignment
         self._positioning: list[tuple[OffsetJob, dict[TopicPartition, int]]] = []
         self._asked: tuple[frozenset[str], int] | None = None
+        self.assignments = 0  # assignments taken (stats())
 
     # -- the application (under the lock) -------------------------------------------------------
 
@@ -153,6 +163,7 @@ class GroupCoordinator:
             return RebalanceStep(True, list(assignment.states),
                                  lost=self.membership.generation < 0)
         partitions = self.membership.take_assignment(now)
+        self.assignments += 1
         assignment.replace(partitions, committed=True)
         self._metadata.want({tp.topic for tp in partitions})
         return RebalanceStep(False, partitions)
@@ -235,6 +246,7 @@ class GroupCoordinator:
         node = self.lookup.node
         if node is not None:
             self._client.add_node(_COORDINATOR_IDS - node.node_id, node.host, node.port)
+            self._client.add_node(_JOIN_IDS - node.node_id, node.host, node.port)
 
     def _fail_all(self) -> None:
         error = self.lookup.error
@@ -254,6 +266,8 @@ class GroupCoordinator:
         if node is None:
             self.membership.on_failure(send, KafkaConnectionError("no coordinator"), now)
             return
+        if send.kind in _HELD:
+            node += _JOIN_IDS - _COORDINATOR_IDS
         if send.kind == "leave":
             self.leaving = True
         self._client.send(node, send.request, partial(self._on_membership, send),

@@ -256,7 +256,7 @@ class ExactlyOnceProcessor:
             KafkaTimeoutError: init or a commit did not finish in time; clients closed.
             AbortableError: ``max_consecutive_aborts`` transactions in a row failed (the last
                 one's error, with a note); clients closed.
-            Whatever ``fn``/``batch_fn`` raised, after aborting its transaction.
+            Exception: whatever ``fn``/``batch_fn`` raised, after aborting its transaction.
         """
         self._stop.clear()
         self._counter.started()

@@ -34,6 +34,7 @@ from eosclient._producer.prepared import end_prepared
 from eosclient._producer.results import DeliveryFuture, RecordFuture, RecordMetadata, publish
 from eosclient._producer.routing import Groups, Router
 from eosclient._producer.sender import Sender
+from eosclient._stats_reporter import StatsReporter
 from eosclient.config import ProducerConfig, build
 from eosclient.errors import (
     AbortableError,
@@ -45,6 +46,7 @@ from eosclient.errors import (
     KafkaTimeoutError,
 )
 from eosclient.group_metadata import ConsumerGroupMetadata
+from eosclient.stats import ClientStats
 
 __all__ = ["PreparedTransaction", "TransactionalProducer", "end_prepared"]
 
@@ -137,6 +139,9 @@ class TransactionalProducer:
             self._core.init(time.monotonic(), float("inf"))  # idempotent: a producer id now
         sender.start()
         self._finalizer = weakref.finalize(self, sender.stop)
+        self._reporter = None if cfg.stats_cb is None else StatsReporter(
+            cfg.statistics_interval_ms / 1000, self.stats, cfg.stats_cb,
+            f"eosclient-stats-{cfg.client_id}")
 
     # -- transactions ---------------------------------------------------------------------------
 
@@ -325,7 +330,7 @@ class TransactionalProducer:
             key: bytes-like or None (or what ``key_serializer`` takes); picks the partition
                 with murmur2 when ``partition`` is None.
             partition: The partition; None lets the partitioner choose.
-            headers: ``(str, bytes | None)`` pairs.
+            headers: ``(str, bytes | str | None)`` pairs; a str value is sent as UTF-8.
             timestamp_ms: CreateTime in ms since the epoch (default: now).
 
         Returns:
@@ -343,7 +348,8 @@ class TransactionalProducer:
             AbortableError: the transaction failed (FencedError/FatalError likewise).
             KafkaTimeoutError: the topic's metadata did not arrive, or ``buffer.memory``
                 stayed full, within ``max.block.ms``.
-            Nothing was queued when any of these is raised.
+
+        Nothing was queued when any of these is raised.
         """
         # The hot path (~2 us a record, most of it Python calls): the common case (bytes, no
         # serializer, no headers) is checked inline, the lock is taken once, and nothing is
@@ -392,8 +398,10 @@ class TransactionalProducer:
             ones by partition. It fails if any record is lost.
 
         Raises:
-            The same as :meth:`send`, and ValueError if ``keys`` and ``values`` differ in
-            length. Nothing was queued when any is raised.
+            EosError: as :meth:`send`.
+            ValueError: ``keys`` and ``values`` differ in length.
+
+        Nothing was queued when any of these is raised.
         """
         number = args.partition_of(partition)
         name = args.topic_of(topic)
@@ -440,6 +448,12 @@ class TransactionalProducer:
         with self._lock:
             self._check_open()
             return self._router.partitions(topic, self._check_open)
+
+    def stats(self) -> ClientStats:
+        """A snapshot of this producer's counters and request timings (see
+        :mod:`eosclient.stats`); cheap, never blocks on the network. Works after close()."""
+        with self._lock:
+            return self._sender.stats()
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record now and wait until each is written or failed.
@@ -499,6 +513,8 @@ class TransactionalProducer:
         except EosError as exc:
             log.warning("close(): %s; failing what is left", exc)
         finally:
+            if self._reporter is not None:
+                self._reporter.stop()
             with self._lock:
                 self._closed = True
                 self._core.close()

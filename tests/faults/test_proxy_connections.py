@@ -21,9 +21,9 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 
 from eosclient._net.blocking import BlockingConnection
 from eosclient._protocol.framing import FrameDecoder
-from eosclient.errors import KafkaConnectionError
+from eosclient.errors import ApiKey, KafkaConnectionError
 from eosclient.testing.brokers import RunningBroker
-from eosclient.testing.proxy import KafkaProxy
+from eosclient.testing.proxy import Delay, KafkaProxy, Rule
 
 pytestmark = pytest.mark.proxy
 
@@ -72,6 +72,29 @@ def test_latency_delays_a_pipelined_burst_once(
     assert ids == list(range(burst))
     # One round trip is 2 * latency; serialised, the burst would take burst * 2 * latency = 2 s.
     assert 2 * latency <= elapsed < 0.6
+
+
+def test_timings_split_each_exchange_into_latency_and_broker_time(
+    broker: RunningBroker, make_proxy: Callable[..., KafkaProxy]
+) -> None:
+    latency = 0.02
+    slow = make_proxy(broker, latency=latency)
+    slow.add_rule(Rule(api_key=ApiKey.METADATA, action=Delay(0.05, "response")))
+    with BlockingConnection(slow.host, slow.port, timeout=TIMEOUT) as conn:
+        started = time.monotonic()
+        conn.request(MetadataRequest(topics=[]))
+        ended = time.monotonic()
+    versions, metadata = slow.take_timings()
+    assert slow.timings == []  # taken, so forgotten
+    assert (versions.api_key, metadata.api_key) == (ApiKey.API_VERSIONS, ApiKey.METADATA)
+    assert versions.connection == metadata.connection
+    assert metadata.forwarded is not None and metadata.answered is not None
+    assert metadata.delivered is not None
+    # The client's clock is the proxy's: each point lies inside the client's own wait, in order.
+    assert started <= metadata.arrived <= metadata.forwarded <= metadata.answered
+    assert metadata.delivered <= ended
+    assert metadata.forwarded - metadata.arrived >= latency
+    assert metadata.delivered - metadata.answered >= latency + 0.05  # the Delay rule's hold
 
 
 def correlation_ids_after_acks_0(target: Address, topic: str, version: int) -> list[int]:

@@ -28,6 +28,10 @@ from eosclient import (
     TopicPartition,
     TransactionalProducer,
 )
+from eosclient._consumer import protocol as wire
+from eosclient._net.blocking import BlockingConnection
+from eosclient._protocol.apis import APIS
+from eosclient.errors import ApiKey
 from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 
@@ -325,3 +329,50 @@ def test_a_member_that_lost_its_generation_gets_on_lost_not_on_revoke(
         wait_for(lambda: bool(consumer.poll(0.1) is not None and consumer.assignment()
                               and consumer.in_generation()))
     assert calls[0] == ("lost", 2)  # then ("revoke", 2) at close
+
+
+def _join_and_go_silent(broker: RunningBroker, group: str, topic: str) -> str:
+    """A member that joins (and syncs) once, then is never heard from: every later rebalance
+    waits for it (for its session, or, on noida-db, for its rebalance timeout). Its id."""
+    settings = {"session_timeout_ms": 60_000, "rebalance_timeout_ms": 60_000,
+                "protocols": [("range", wire.subscription_bytes([topic]))]}
+    with BlockingConnection(broker.host, broker.port, client_id="silent") as conn:
+        joined = conn.request(wire.join_group(group, "", **settings), timeout=60)
+        if joined.error_code == 79:  # KIP-394: join again with the member id given
+            joined = conn.request(wire.join_group(group, joined.member_id, **settings),
+                                  timeout=60)
+        assert joined.error_code == 0
+        synced = conn.request(wire.sync_group(
+            group, joined.generation_id, joined.member_id, joined.protocol_name,
+            {joined.member_id: wire.assignment_bytes([])}), timeout=30)
+        assert synced.error_code == 0
+        return str(joined.member_id)
+
+
+def _members(broker: RunningBroker, group: str) -> list[str]:
+    with BlockingConnection(broker.host, broker.port) as conn:
+        described = conn.request(APIS[ApiKey.DESCRIBE_GROUPS].request(
+            groups=[group], include_authorized_operations=False))
+    return sorted(member.member_id for member in described.groups[0].members)
+
+
+def test_a_member_closed_while_its_join_is_held_leaves_at_once(
+        broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    # The LeaveGroup of a member closed while joining used to queue behind its own JoinGroup on
+    # the coordinator connection, where the coordinator held the join for the rebalance: it was
+    # never read, close() waited 5 s for nothing, and the group kept waiting for a member that
+    # was gone (on noida-db for the departed member's whole max.poll.interval.ms: the nemesis
+    # saw a group stalled for minutes). JoinGroup now has a connection of its own.
+    create_topic(broker, topic_name, 2)
+    group = unique_name("group")
+    silent = _join_and_go_silent(broker, group, topic_name)
+    consumer = ReadCommittedConsumer(broker.bootstrap_servers, group_id=group)
+    try:
+        consumer.subscribe([topic_name])
+        # its JoinGroup starts a rebalance that waits for the silent member: held
+        wait_for(lambda: consumer.poll(0.05) is not None and len(_members(broker, group)) == 2)
+    finally:
+        started = time.monotonic()
+        consumer.close()
+    assert _members(broker, group) == [silent]  # the LeaveGroup was read
+    assert time.monotonic() - started < 4.0  # answered, not waited out (5 s)

@@ -23,6 +23,7 @@ from eosclient._core.partitioner import (
     murmur2,
     partition_for,
 )
+from eosclient._core.records import check_headers
 from eosclient._core.types import ProducerIdentity, TopicPartition
 from eosclient.errors import (
     AbortableError,
@@ -98,7 +99,8 @@ def test_non_bytes_key_or_value_is_rejected(key: object, value: object) -> None:
     assert acc.unsent_records() == 0
 
 
-@pytest.mark.parametrize("headers", [[("k", "text")], [(b"k", b"v")], [("only-key",)]])
+@pytest.mark.parametrize("headers", [[("k", 42)], [(b"k", b"v")], [("only-key",)],
+                                     [("k", "\ud800")]])
 def test_bad_headers_are_rejected(headers: Any) -> None:
     acc = accumulator()
     with pytest.raises(RecordTypeError):
@@ -281,3 +283,9 @@ def test_the_budget_is_what_unsettled_batches_hold(ops: list[tuple[str, TopicPar
     acc.fail_generation(generation, AbortableError("aborted"))
     acc.expire(now + 1_000_000.0)  # whatever is still in flight or due for a resend
     assert acc.budget.used == 0 and not acc.budget.full
+
+
+def test_str_header_values_are_encoded_as_utf8() -> None:
+    # As confluent-kafka and kafka-python do; a str value used to be refused.
+    assert check_headers([("a", "é"), ("b", b"x"), ("c", None)]) == [
+        ("a", "é".encode()), ("b", b"x"), ("c", None)]

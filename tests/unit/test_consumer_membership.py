@@ -122,6 +122,29 @@ def test_a_follower_syncs_without_assignments() -> None:
     assert one(m.poll(0.0, no_counts), "sync").request.assignments == []
 
 
+@pytest.mark.parametrize(("code", "state", "member"), [
+    (0, State.SYNCING, "m2"),
+    (27, State.SYNCING, "m2"),  # the SyncGroup in flight decides
+    (25, State.JOINING, ""),  # the session ran out meanwhile: join again, as a new member
+])
+def test_a_member_heartbeats_while_its_sync_group_is_held(code: int, state: State,
+                                                          member: str) -> None:
+    # Tansu holds SyncGroup for 3 s and counts only heartbeats as alive: with no heartbeat
+    # between the JoinGroup answer and the SyncGroup answer, a 6 s session ran out in the
+    # middle of every rebalance, and the group never settled (the nemesis, Tansu seed 5).
+    m, join = joining()
+    m.on_response(join, joined(member="m2", leader="m1"), 0.0)
+    sync = one(m.poll(0.0, counts), "sync")
+    assert m.poll(0.5, counts) == []  # heartbeat.interval.ms after the JoinGroup answer
+    sent = one(m.poll(1.0, counts), "heartbeat")
+    assert (sent.request.generation_id, sent.request.member_id) == (5, "m2")
+    m.on_response(sent, beat(code), 1.0)
+    assert (m.state, m.member_id) == (state, member)
+    if state is State.SYNCING:
+        m.on_response(sync, synced([TP("t", 1)]), 2.0)
+        assert m.state is State.ASSIGNING
+
+
 @pytest.mark.parametrize(("code", "state", "member", "generation"), [
     (27, State.REVOKING, "m1", 5),  # REBALANCE_IN_PROGRESS: rejoin, generation still valid
     (22, State.REVOKING, "m1", -1),  # ILLEGAL_GENERATION

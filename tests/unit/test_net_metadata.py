@@ -95,3 +95,21 @@ def test_backoff_doubles_up_to_the_cap_with_bounded_jitter() -> None:
         assert all(base <= d <= min(base + 0.02, 1.0) for d in delays), (attempt, delays)
     assert all(backoff.delay(10) == 1.0 for _ in range(10))
     assert Backoff(0.0, 1.0).delay(3) == 0.0
+
+
+def test_want_all_lists_every_topic_for_a_pattern_and_refreshes_by_age() -> None:
+    meta = fresh()
+    meta.want(["t"])
+    meta.build_request(0.0)
+    meta.on_response(response({"t": (0, [1])}), 0.5)
+    assert meta.all_topics is None  # a named-topics answer lists nothing more
+    meta.want_all()
+    assert meta.due(0.6)  # forced at once
+    assert meta.build_request(0.6).topics is None  # None: all topics
+    answer = response({"t": (0, [1]), "u": (0, [2]), "denied": (29, [])})
+    answer.topics.append(TOPIC(error_code=0, name="__consumer_offsets", is_internal=True,
+                               partitions=[]))
+    meta.on_response(answer, 1.0)
+    assert meta.all_topics == {"t", "u"}  # errors and internal topics left out
+    assert meta.partition_count("u") == 1
+    assert meta.next_update(1.0) == pytest.approx(301.0)

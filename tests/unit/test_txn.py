@@ -150,7 +150,8 @@ def test_pre_registration_sends_both_at_once_and_gates_produce() -> None:
     core = driver.core
     driver.now = 5.0
     core.begin(5.0, partitions=[TP0, TP1], group_id="copier")
-    add_parts, add_offs = driver.expect(ADD_PARTS, ADD_OFFS)  # one poll, pipelined
+    # one poll, pipelined; the group's coordinator is looked up meanwhile
+    add_parts, add_offs, find = driver.expect(ADD_PARTS, ADD_OFFS, FIND)
     assert [(t.name, t.partitions) for t in add_parts.request.v3_and_below_topics] == [
         ("out", [0, 1])]
     assert add_offs.request.group_id == "copier"
@@ -161,6 +162,7 @@ def test_pre_registration_sends_both_at_once_and_gates_produce() -> None:
     assert core.partition_ready(TP0) and core.partition_ready(TP1)
     assert core.may_drain(TP0, generation) and not core.may_drain(TP0, generation - 1)
     driver.respond(add_offs)
+    driver.respond(find)
     assert driver.poll() == [] and core.state is State.IN_TRANSACTION
 
 
@@ -168,7 +170,7 @@ def test_undeclared_partition_and_group_fail_locally_and_change_nothing() -> Non
     driver = Driver().ready()
     core = driver.core
     core.begin(0.0, partitions=[TP0], group_id="copier")
-    driver.expect(ADD_PARTS, ADD_OFFS)
+    driver.expect(ADD_PARTS, ADD_OFFS, FIND)
     history = core.history
     with pytest.raises(UnknownPartitionError, match=r"out\[1\]"):
         core.send(TP1)
@@ -222,10 +224,12 @@ def test_send_offsets_registers_group_then_commits_with_group_metadata() -> None
     core = driver.core
     group = GroupMetadata("copier", generation_id=3, member_id="m-1", group_instance_id="i-1")
     done = core.send_offsets({IN0: 42}, group, 0.0, 30.0)
-    driver.run(ADD_OFFS)  # TxnOffsetCommit waits for AddOffsetsToTxn
-    (find,) = driver.expect(FIND)
+    # TxnOffsetCommit waits for AddOffsetsToTxn; its coordinator is looked up meanwhile
+    add, find = driver.expect(ADD_OFFS, FIND)
     assert (find.request.key, find.request.key_type) == ("copier", 0)
     driver.respond(find)
+    assert driver.poll() == []  # found, but the group is not in the transaction yet
+    driver.respond(add)
     (commit,) = driver.expect(OFFSETS)
     request = commit.request
     assert commit.destination is Destination.GROUP_COORDINATOR
@@ -241,8 +245,8 @@ def test_send_offsets_registers_group_then_commits_with_group_metadata() -> None
 def test_stale_generation_on_txn_offset_commit_is_abortable() -> None:
     driver = Driver().in_txn(TP0)
     done = driver.core.send_offsets({IN0: 1}, "copier", 0.0, 30.0)
-    driver.run(ADD_OFFS)
-    driver.run(FIND)
+    for send in driver.expect(ADD_OFFS, FIND):
+        driver.respond(send)
     driver.run(OFFSETS, 22)  # ILLEGAL_GENERATION (KIP-447)
     assert driver.core.state is State.ABORTABLE_ERROR and isinstance(done.error, AbortableError)
     assert driver.core.recovery is Recovery.ABORT

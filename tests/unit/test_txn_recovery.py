@@ -466,3 +466,25 @@ def test_a_batch_failure_reported_while_bumping_after_the_commit_is_ignored() ->
     assert core.state is State.COMMITTING
     driver.run(INIT)
     assert done.done and done.error is None and core.state is State.READY
+
+
+def test_counts_follow_commits_aborts_retries_and_bumps() -> None:
+    # stats(): what the core counts, driven through a lost EndTxn and its KIP-360 bump
+    driver = Driver().in_txn(TP0)
+    core = driver.core
+    assert (core.counts.committed, core.counts.epoch_bumps) == (0, 0)  # the first init: no bump
+    retries = core.retries
+    core.commit(0.0, 30.0)
+    (end,) = driver.expect(END)
+    driver.lose(end, KafkaTimeoutError("no answer to EndTxnRequest within 1.5 s"))
+    driver.run(FIND)
+    driver.run(END)
+    driver.run(INIT)
+    assert core.retries > retries
+    assert (core.counts.committed, core.counts.aborted, core.counts.epoch_bumps) == (1, 0, 1)
+    core.begin(1.0)
+    core.add_partitions([TP0])
+    driver.run(ADD_PARTS)
+    core.abort(1.0, 30.0)
+    driver.run(END)
+    assert (core.counts.committed, core.counts.aborted, core.counts.epoch_bumps) == (1, 1, 1)

@@ -192,8 +192,8 @@ def test_offsets_only_transaction_expires_too() -> None:
     d = driver().ready()
     d.core.begin(d.now, group_id="copier")
     d.core.send_offsets({IN0: 3}, "copier", d.now, d.now + 30)
-    d.run(ADD_OFFS)
-    d.run(FIND)  # the group coordinator
+    for send in d.expect(ADD_OFFS, FIND):  # the group coordinator, looked up meanwhile
+        d.respond(send)
     d.run(OFFSETS)
     d.now = 10.0
     d.expect(END)

@@ -72,7 +72,11 @@ TABLE: Final[Mapping[tuple[State, Input], State]] = {
     **{(state, In.RECV_FATAL): S.FAILED for state in _LIVE},
 }
 """Every allowed (state, input) -> next state; the one place transitions are written."""
-_HEARTBEATING: Final = (S.ASSIGNING, S.STABLE, S.REVOKING)
+_MEMBER: Final = (S.ASSIGNING, S.STABLE, S.REVOKING)
+"""Holding a generation: its commits count, and a refusal of one means the group moved on."""
+_HEARTBEATING: Final = (S.SYNCING, *_MEMBER)
+"""Heartbeating: from the JoinGroup answer on, as Java does, so a session survives a SyncGroup
+the coordinator holds (Tansu takes 3 s to answer one, and counts only heartbeats as alive)."""
 del S, In
 
 

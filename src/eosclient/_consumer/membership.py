@@ -57,7 +57,15 @@ from typing import Any, Final
 from eosclient._consumer import protocol as wire
 from eosclient._consumer.assignors import ASSIGNORS
 from eosclient._consumer.coordinator import CoordinatorLookup
-from eosclient._consumer.group_table import _HEARTBEATING, TABLE, Input, Send, Settings, State
+from eosclient._consumer.group_table import (
+    _HEARTBEATING,
+    _MEMBER,
+    TABLE,
+    Input,
+    Send,
+    Settings,
+    State,
+)
 from eosclient._core.types import TopicPartition
 from eosclient._net.backoff import Backoff
 from eosclient.errors import (
@@ -230,6 +238,7 @@ class Membership:
             self._heartbeat_in_flight = False
             self._heartbeat_at = now + self.settings.retry_backoff
         elif sent.attempt == self.attempt and sent.kind in ("join", "sync"):
+            log.debug("group %r: no answer to %s: %s", self.settings.group_id, sent.kind, error)
             self._waiting = False
             self._rejoin(now, at_once=False)
 
@@ -237,6 +246,9 @@ class Membership:
 
     def _on_joined(self, response: Any, now: float) -> None:
         code = response.error_code
+        log.debug("group %r: JoinGroup answered %d, generation %d, member %r, leader %r, "
+                  "%d members", self.settings.group_id, code, response.generation_id,
+                  response.member_id, response.leader, len(response.members or ()))
         if code:
             self._on_error(ApiKey.JOIN_GROUP, code, now, member_id=response.member_id)
             return
@@ -245,10 +257,12 @@ class Membership:
         self.last_joined = (response.generation_id, response.member_id)
         self._protocol = response.protocol_name or ""
         self._joined = response if response.leader == response.member_id else _FOLLOWER
+        self._heartbeat_at = now + self.settings.heartbeat_interval
         self._transition(Input.RECV_JOINED, now)
 
     def _on_synced(self, response: Any, now: float) -> None:
         code = response.error_code
+        log.debug("group %r: SyncGroup answered %d", self.settings.group_id, code)
         if code:
             self._on_error(ApiKey.SYNC_GROUP, code, now)
             return
@@ -267,7 +281,10 @@ class Membership:
             # by a process resumed from a long pause (it waited in the socket) says nothing of
             # the time the process was stopped, and the session may have run out meanwhile.
             self._heard_at = max(self._heard_at, sent.at)
+        elif self.state is State.SYNCING and code == _REBALANCE_IN_PROGRESS:
+            pass  # the SyncGroup in flight says so too, or completes the generation: it decides
         elif self.state in _HEARTBEATING:
+            log.debug("group %r: Heartbeat answered %d", self.settings.group_id, code)
             self._on_error(ApiKey.HEARTBEAT, code, now)
 
     def _on_error(self, api: ApiKey, code: int, now: float, *, member_id: str = "") -> None:
@@ -303,7 +320,7 @@ class Membership:
     def refused(self, code: int, now: float) -> None:
         """A commit under this generation was refused with ``code``: if the group moved on
         (22, 25, 27), join again, as a heartbeat refused so would (Java does likewise)."""
-        if self.state not in _HEARTBEATING or code not in MOVED_ON:
+        if self.state not in _MEMBER or code not in MOVED_ON:
             return
         if code == _UNKNOWN_MEMBER_ID:
             self.member_id = ""
@@ -331,6 +348,8 @@ class Membership:
             protocols=[(name, metadata) for name in settings.assignors],
             group_instance_id=settings.group_instance_id)
         self._waiting = True
+        log.debug("group %r: JoinGroup, member %r, instance %r", settings.group_id,
+                  self.member_id, settings.group_instance_id)
         self._outbox.append(Send(request, "join", self.attempt,
                                  settings.rebalance_timeout + _JOIN_GRACE))
 
@@ -347,6 +366,8 @@ class Membership:
             assignments = computed
         self._joined = None
         self._waiting = True
+        log.debug("group %r: SyncGroup, generation %d, member %r, %d assignments",
+                  self.settings.group_id, self.generation, self.member_id, len(assignments))
         self._outbox.append(Send(wire.sync_group(
             self.settings.group_id, self.generation, self.member_id, self._protocol,
             assignments, group_instance_id=self.settings.group_instance_id), "sync",

@@ -86,6 +86,7 @@ class PartitionState:
         max_bytes: Its ``partition_max_bytes`` (doubled while one batch does not fit).
         last_stable_offset: The LSO the last Fetch answer gave; -1 before one.
         high_watermark: The high watermark the last Fetch answer gave; -1 before one.
+        paused: Paused by the application: neither fetched nor drained.
     """
 
     def __init__(self, tp: TopicPartition, filt: PartitionFilter, max_bytes: int,
@@ -103,6 +104,7 @@ class PartitionState:
         self.max_bytes = max_bytes
         self.last_stable_offset = self.high_watermark = -1
         self.positioned = False  # sought since the last reset: the position is known
+        self.paused = False
 
     @property
     def position(self) -> int | None:
@@ -116,7 +118,7 @@ class PartitionState:
         """Whether the I/O thread may fetch it now."""
         return (self.phase is Phase.FETCHING and not self.in_flight and self.completed is None
                 and self.ready.nbytes < buffer_bytes and not self.ready.blocked
-                and now >= self.retry_at)
+                and now >= self.retry_at and not self.paused)
 
     def seek(self, offset: int) -> None:
         """Deliver from ``offset`` next; whatever was fetched or held is forgotten."""
@@ -188,6 +190,7 @@ class Assignment:
         self.states: dict[TopicPartition, PartitionState] = {}
         self.version = 0  # bumped whenever the set of partitions changes
         self.stale_leaders = False  # a Fetch error says the metadata is out of date
+        self.fed = 0  # partition answers taken in (stats())
         self._turn = 0
 
     def __iter__(self) -> Iterator[PartitionState]:
@@ -248,6 +251,7 @@ class Assignment:
         for state in self.states.values():
             if state.completed is not None:
                 self.feed(state, now, backoff)
+                self.fed += 1
                 fed = True
         return fed
 
@@ -264,6 +268,8 @@ class Assignment:
         bound = self.max_partition_bytes
         for i in range(len(states)):
             state = states[(self._turn + i) % len(states)]
+            if state.paused:
+                continue
             full = state.ready.nbytes >= bound
             rewound, error = state.ready.take(limit - len(out), out)
             if rewound or error is not None or (full and state.ready.nbytes < bound):

@@ -53,6 +53,7 @@ from eosclient._core._txn_values import (
     SequencesReset,
     Step,
     Stragglers,
+    TxnCounts,
     is_successor,
 )
 from eosclient._core._txn_wire import GroupMetadata
@@ -79,6 +80,11 @@ _CONCURRENT_TRANSACTIONS = 51
 _BUMP_FORM_REJECTED = frozenset({-1, 35, 59})
 _ABANDONING = frozenset({State.ABORTING, State.ABORTABLE_ERROR})
 """States in which registrations are no longer needed (the transaction will be aborted)."""
+# CONCURRENT_TRANSACTIONS (51) on these before any partition of the transaction is registered
+# means the previous transaction's end is still completing (Java's rule: no partition in the
+# transaction yet). A group registered first does not change that: pre-registration sends
+# AddPartitionsToTxn and AddOffsetsToTxn together, and either may be answered first.
+_REGISTERING = frozenset({Step.ADD_PARTITIONS, Step.ADD_OFFSETS})
 CLOSES_MEAN_FENCED = 3
 """EndTxn attempts in a row answered by the broker closing the connection that mean "fenced"."""
 
@@ -100,6 +106,7 @@ class TxnAnswers:
     transactional_id: str | None
     transaction_timeout_ms: int
     identity: ProducerIdentity
+    counts: TxnCounts
     _machine: StateMachine
     _conv: Conversation
     _error: EosError | None
@@ -148,6 +155,9 @@ class TxnAnswers:
         self._conv.add(Job(Step.ADD_OFFSETS, Destination.TXN_COORDINATOR,
                            key=self.transactional_id or "", group=GroupMetadata(group_id),
                            not_before=now))
+        # TxnOffsetCommit will go to the group's coordinator: find it while AddOffsetsToTxn is
+        # on its way, so the commit follows that answer at once (pre-registration, KIP-609).
+        self._conv.look_up_ahead(Destination.GROUP_COORDINATOR, group_id, now)
 
     def _maybe_end(self, now: float) -> None:
         """Start EndTxn once nothing it must follow is outstanding (KAFKA-14053)."""
@@ -218,7 +228,7 @@ class TxnAnswers:
                 self._give_up(job, self._error or error)
                 return
             quick = error.code == _CONCURRENT_TRANSACTIONS and (
-                job.step is Step.INIT or not (self._registered or self._groups)
+                job.step is Step.INIT or (job.step in _REGISTERING and not self._registered)
             )  # the previous transaction is still completing: retry soon (KAFKA-5482)
             self._conv.retry(job, now, quick=quick, error=error)
             return
@@ -293,6 +303,8 @@ class TxnAnswers:
             self._transition(Input.RECV_FENCED, str(fenced), error=fenced, now=now)
             return
         self.identity = new
+        if old != NO_IDENTITY:  # a successor (the same id bumped, or a new id at epoch 0)
+            self.counts.epoch_bumps += 1
         self._conv.outbox.append(SequencesReset(old, new))
         self._transition(Input.RECV_INIT_OK, f"producer id {new.producer_id}, epoch "
                          f"{new.epoch} ({form.name.lower()} form)", now=now)

@@ -44,6 +44,7 @@ class Conversation:
         self.jobs: list[Job] = []
         self.outbox: list[Output] = []
         self.last_retriable: EosError | None = None
+        self.retries = 0  # requests sent again (stats())
         self._backoff = backoff
         self._backoff_max = backoff_max
         self._flights: dict[int, Job] = {}
@@ -118,6 +119,12 @@ class Conversation:
         self._flights[id(job.request)] = job
         self.outbox.append(SendRequest(job.request, job.destination, node, job.not_before))
 
+    def look_up_ahead(self, target: Destination, key: str, now: float) -> None:
+        """Find ``key``'s coordinator now, unless it is known or being looked up, so that a
+        request to it declared ahead (a pre-registered group) need not wait for the lookup."""
+        if self.coordinator(target, key) is None:
+            self._look_up(target, key, now)
+
     def _look_up(self, target: Destination, key: str, not_before: float) -> None:
         for job in self.jobs:
             if job.step is Step.FIND and job.target is target and job.key == key:
@@ -185,6 +192,7 @@ class Conversation:
             error: The retriable error, kept as the cause of a later timeout.
         """
         job.attempts += 1
+        self.retries += 1
         base = QUICK_RETRY if quick else self._backoff
         job.not_before = now + min(base * 2 ** (job.attempts - 1), self._backoff_max)
         job.maybe_applied = job.maybe_applied or lost

@@ -37,6 +37,7 @@ from eosclient._core._txn_values import (
     Step,
     Stragglers,
     TransactionExpired,
+    TxnCounts,
     Wait,
 )
 from eosclient._core.types import NO_IDENTITY, ProducerIdentity, TopicPartition
@@ -92,6 +93,7 @@ class TxnEngine(TxnAnswers):
         self._grace = unknown_outcome_grace_ms / 1000
         self.identity: ProducerIdentity = NO_IDENTITY
         self.generation = 0
+        self.counts = TxnCounts()
         self._error: EosError | None = None
         self._waiters: list[Completion] = []
         self._timed_out: set[Input] = set()
@@ -223,6 +225,11 @@ class TxnEngine(TxnAnswers):
             return
         if after is before:
             return
+        if after is State.READY and before in (State.COMMITTING, State.ABORTING):
+            if before is State.COMMITTING:
+                self.counts.committed += 1
+            else:
+                self.counts.aborted += 1
         if after is State.FATAL and not isinstance(error, FatalError):
             fatal = FatalError(f"unexpected in state {before.name}: {event.name} ({cause})")
             fatal.__cause__, error = error, fatal

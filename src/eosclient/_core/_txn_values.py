@@ -34,6 +34,7 @@ __all__ = [
     "Step",
     "Stragglers",
     "TransactionExpired",
+    "TxnCounts",
     "Wait",
     "is_successor",
 ]
@@ -253,3 +254,19 @@ class Job:
     closes_in_a_row: int = 0  # END_TXN: attempts the broker answered by closing the connection
     maybe_applied: bool = False  # a request of it was lost: the broker may have acted
     done: bool = False
+
+
+@dataclass(slots=True)
+class TxnCounts:
+    """What the core has done, for ``stats()``: counters that only grow.
+
+    Attributes:
+        committed: Transactions committed (COMMITTING -> READY).
+        aborted: Transactions aborted (ABORTING -> READY).
+        epoch_bumps: Identities replaced by their successor (KIP-360: the epoch bumped, or a new
+            producer id at epoch 0 once the epoch ran out).
+    """
+
+    committed: int = 0
+    aborted: int = 0
+    epoch_bumps: int = 0

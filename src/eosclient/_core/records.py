@@ -25,6 +25,7 @@ from eosclient.errors import (
 __all__ = [
     "BYTES_TYPES",
     "Compression",
+    "Deserializer",
     "Header",
     "Record",
     "RecordChecker",
@@ -38,6 +39,10 @@ __all__ = [
 
 Serializer = Callable[[Any], bytes | None]
 """Turns an application object into the bytes sent (or None, e.g. for a tombstone)."""
+
+Deserializer = Callable[[bytes], Any]
+"""Turns the bytes of a fetched key or value into an application object (never called with
+None: a null key or a tombstone value is delivered as None)."""
 
 BYTES_TYPES = (bytes, bytearray, memoryview)
 """The types a key or value may have when no serializer is configured."""
@@ -133,10 +138,12 @@ def to_bytes(obj: object, what: str, serializer: Serializer | None) -> bytes | N
 
 
 def check_headers(headers: Sequence[tuple[str, Any]] | None) -> list[Header]:
-    """``headers`` as the list of ``(str, bytes | None)`` the codec writes.
+    """``headers`` as the list of ``(str, bytes | None)`` the codec writes; a str value is
+    encoded as UTF-8.
 
     Raises:
-        RecordTypeError: a header is not a ``(str, bytes-like or None)`` pair.
+        RecordTypeError: a header is not a ``(str, bytes-like, str or None)`` pair, or a str
+            cannot be encoded as UTF-8 (a lone surrogate).
     """
     if not headers:
         return []
@@ -153,6 +160,12 @@ def check_headers(headers: Sequence[tuple[str, Any]] | None) -> list[Header]:
             except UnicodeEncodeError as exc:
                 raise RecordTypeError(f"header key {key!r} cannot be encoded as UTF-8 "
                                       f"({exc.reason})") from None
+        if isinstance(value, str):  # as confluent-kafka, kafka-python and Java's clients do
+            try:
+                value = value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise RecordTypeError(f"header {key!r} value {value[:40]!r} cannot be encoded "
+                                      f"as UTF-8 ({exc.reason})") from None
         checked.append((key, to_bytes(value, f"header {key!r} value", None)))
     return checked
 

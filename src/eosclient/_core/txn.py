@@ -24,8 +24,13 @@ The KIPs followed:
   waiting; a partition may be produced to once its registration succeeded
   (:meth:`~TransactionCore.partition_ready`). Undeclared partitions and groups fail locally.
   Without a declaration partitions are registered lazily, all new ones of a drain in one request,
-  one request at a time (Java's behaviour). CONCURRENT_TRANSACTIONS (51) means the previous
-  transaction is still writing markers: retried after 20 ms, doubling (Java: KAFKA-5482).
+  one request at a time (Java's behaviour). A group's coordinator is looked up as soon as the
+  group is named (at ``begin`` or ``send_offsets``), beside its AddOffsetsToTxn, so that
+  TxnOffsetCommit follows that answer at once. So a pre-registered transaction takes three rounds
+  of requests, the floor without KIP-890: registrations (and a lookup), Produce and
+  TxnOffsetCommit, EndTxn. CONCURRENT_TRANSACTIONS (51) on InitProducerId or on a registration
+  before any partition of the transaction is registered means the previous transaction is
+  still writing markers: retried after 20 ms, doubling (Java: KAFKA-5482).
 * **KIP-447**. TxnOffsetCommit carries the consumer's generation, member id and instance id, so
   the group coordinator can fence a zombie consumer.
 * **KIP-360** (recovering a broken sequence). An :class:`~eosclient.errors.EpochBumpRequiredError`
@@ -44,8 +49,10 @@ The KIPs followed:
   KIP's recovery (re-claiming the epoch a coordinator bumped on timeout) is deliberately not
   attempted: on noida-db it would fence the live instance (Decisions, below).
 * **KIP-890**. TRANSACTION_ABORTABLE (120) is abortable. This client does not use transaction
-  version 2 (the bump inside EndTxn); the broker's part-1 verification is what finally closes
-  the KAFKA-14053 window below.
+  version 2 (partitions added by Produce v12, the bump inside EndTxn v5): neither broker here
+  offers it (noida-db 0.2.3: Produce v9, EndTxn v3; Tansu 0.6.0: Produce v11, EndTxn v4; no
+  finalized ``transaction.version`` feature in either's ApiVersions). The broker's part-1
+  verification is what finally closes the KAFKA-14053 window below.
 
 Generations
 -----------
@@ -242,6 +249,11 @@ class TransactionCore(TxnEngine):
     def history(self) -> tuple[Transition, ...]:
         """The latest transitions, oldest first (``CALL_SEND`` is checked, never recorded)."""
         return tuple(self._machine.history)
+
+    @property
+    def retries(self) -> int:
+        """Coordinator requests sent again (a retriable error, a lost answer), for stats()."""
+        return self._conv.retries
 
     @property
     def recovery(self) -> Recovery | None:

@@ -72,6 +72,7 @@ from collections.abc import Callable
 from typing import Any
 
 from eosclient._net.backoff import Backoff
+from eosclient._net.latency import Latencies
 from eosclient._net.metadata import Metadata
 from eosclient._net.node import Answer, NodeConnection, Phase
 from eosclient._net.resolver import resolve
@@ -119,6 +120,8 @@ class NetworkClient:
         self._setup_timeout = config.socket_connection_setup_timeout_ms / 1000
         self._reconnect = Backoff(config.reconnect_backoff_ms / 1000,
                                   config.reconnect_backoff_max_ms / 1000)
+        #: Request latency per API (``stats()``), recorded as answers come back.
+        self.latency = Latencies(clock)
         self.metadata = Metadata(max_age=config.metadata_max_age_ms / 1000,
                                  backoff=config.retry_backoff_ms / 1000,
                                  auto_create=auto_create_topics)
@@ -186,6 +189,7 @@ class NetworkClient:
         The answer, or the error that replaces it, comes out of a later :meth:`poll`.
         """
         now = self._clock()
+        on_done = self.latency.timed(request.API_KEY, now, on_done)
         target = self.least_loaded(now) if node_id is None else node_id
         conn = self._connection(target, now)
         if conn is None:
@@ -264,11 +268,13 @@ class NetworkClient:
         answers, self._answers = self._answers, []
         return answers
 
-    def close_node(self, node_id: int, error: KafkaConnectionError | None = None) -> None:
-        """Close the connection to ``node_id``; its requests fail with ``error``."""
+    def close_node(self, node_id: int, error: KafkaConnectionError | None = None, *,
+                   level: int = logging.INFO) -> None:
+        """Close the connection to ``node_id``; its requests fail with ``error`` (logged at
+        ``level`` if it was ready)."""
         conn = self._conns.get(node_id)
         if conn is not None:
-            conn.close(error)
+            conn.close(error, level=level)
             self._after(conn, self._clock())
 
     def close(self) -> list[Answer]:
@@ -277,7 +283,8 @@ class NetworkClient:
             return []
         self.closed = True
         for node_id in list(self._conns):
-            self.close_node(node_id, KafkaConnectionError("the client was closed"))
+            self.close_node(node_id, KafkaConnectionError("the client was closed"),
+                            level=logging.DEBUG)  # asked for: not news
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()

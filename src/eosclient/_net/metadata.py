@@ -7,6 +7,11 @@ reports stale leadership (:meth:`Metadata.request_update`, e.g. after NOT_LEADER
 when the data is older than ``metadata.max.age.ms``; never more often than the retry backoff
 allows, and one request at a time.
 
+A pattern subscription needs every topic's name: after :meth:`Metadata.want_all`, every
+request asks for all topics, and :attr:`Metadata.all_topics` holds the names the latest answer
+listed (internal topics left out, as Java's ``exclude.internal.topics`` does by default), so the
+pattern is matched again on every refresh (at least every ``metadata.max.age.ms``).
+
 Error codes are classified only by :func:`eosclient.errors.error_for`: a retriable topic error
 (UNKNOWN_TOPIC_OR_PARTITION while a topic is being created, LEADER_NOT_AVAILABLE) keeps the
 topic wanted and asks again after the backoff; anything else is kept as the topic's error for
@@ -51,6 +56,10 @@ class Metadata:
         self._forced = False
         self.in_flight = False
         self.version = 0  # bumped by every answer, so waiters can tell a new one came
+        self.listing = False  # every request asks for all topics (want_all)
+        #: The topics the latest all-topics answer named (None before one).
+        self.all_topics: frozenset[str] | None = None
+        self._listed = False  # the request in flight asks for all topics
 
     # -- questions -----------------------------------------------------------------------------
 
@@ -84,6 +93,11 @@ class Metadata:
                 self._wanted.add(topic)
                 self._forced = True
 
+    def want_all(self) -> None:
+        """Ask for every topic from now on (a pattern subscription); forces a request."""
+        if not self.listing:
+            self.listing = self._forced = True
+
     def request_update(self) -> None:
         """Ask again as soon as the backoff allows (leadership moved, a topic is missing)."""
         self._forced = True
@@ -95,7 +109,7 @@ class Metadata:
         earliest = self._attempted_at + self._backoff
         if self._forced:
             return earliest
-        if not self._wanted and self.updated_at == float("-inf"):
+        if not self._wanted and not self.listing and self.updated_at == float("-inf"):
             return float("inf")  # nothing asked about yet: no traffic
         return max(earliest, self.updated_at + self._max_age)
 
@@ -109,7 +123,9 @@ class Metadata:
         """The Metadata request for the wanted topics; marks one in flight."""
         self.in_flight, self._attempted_at, self._forced = True, now, False
         cls = APIS[ApiKey.METADATA].request
-        topics = [cls.MetadataRequestTopic(name=t) for t in sorted(self._wanted)]
+        self._listed = self.listing
+        topics = None if self.listing else [
+            cls.MetadataRequestTopic(name=t) for t in sorted(self._wanted)]
         return cls(topics=topics, allow_auto_topic_creation=self._auto_create,
                    include_cluster_authorized_operations=False,
                    include_topic_authorized_operations=False)
@@ -124,6 +140,11 @@ class Metadata:
         self.nodes = {b.node_id: (b.host, b.port) for b in response.brokers}
         for topic in response.topics:
             self._read_topic(topic)
+        if self._listed:
+            self.all_topics = frozenset(
+                t.name for t in response.topics
+                if is_success(ApiKey.METADATA, t.error_code) and not getattr(t, "is_internal",
+                                                                             False))
         self.updated_at = now
         self.version += 1
 

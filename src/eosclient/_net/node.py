@@ -438,11 +438,19 @@ class NodeConnection:
             self._answer(late, None, timeout)
             self.close(_cut(self, "closed after a request timed out", timeout))
 
-    def close(self, error: EosError | None = None) -> None:
-        """Close the socket; every request not answered fails with ``error``. Idempotent."""
+    def close(self, error: EosError | None = None, *, level: int = logging.INFO) -> None:
+        """Close the socket; every request not answered fails with ``error``. Idempotent.
+        A connection that was ready is logged as disconnected at ``level`` (DEBUG without an
+        ``error``)."""
         if self.phase is Phase.CLOSED:
             return
-        self.was_ready = self.was_ready or self.phase in (Phase.READY, Phase.DRAINING)
+        ready = self.phase in (Phase.READY, Phase.DRAINING)
+        if ready:  # a failed set-up is the client's WARNING; an orderly close is DEBUG
+            log.log(level if error is not None else logging.DEBUG,
+                    "node %d (%s:%d): disconnected (%s; %d requests in flight, %d queued)",
+                    self.node_id, *self.address, error or "closed", len(self._in_flight),
+                    len(self._queued))
+        self.was_ready = self.was_ready or ready
         self.failure = error
         self.phase = Phase.CLOSED
         if self._addresses is not None:  # a lookup still running: its answer is dropped
@@ -472,6 +480,8 @@ class NodeConnection:
             self._start_login(now)
         elif self.phase in (Phase.HANDSHAKE, Phase.SASL):
             self.phase = Phase.READY
+            log.debug("node %d (%s:%d): connected (%s)", self.node_id, *self.address,
+                      "TLS" if self._security.tls is not None else "plaintext")
             self._release(now)
 
     def _release(self, now: float) -> None:

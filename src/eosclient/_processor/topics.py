@@ -12,13 +12,27 @@ import time
 from kafka.protocol.metadata import MetadataRequest
 
 from eosclient._net.blocking import BlockingConnection
-from eosclient.errors import ApiKey, KafkaConnectionError, KafkaTimeoutError, error_for
+from eosclient.errors import (
+    ApiKey,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    RetriableError,
+    error_for,
+)
 
 __all__ = ["partition_count"]
 
+_CREATING = 0.1  # seconds between asks while a broker creates a topic
 
-def partition_count(bootstrap_servers: str, topic: str, timeout: float = 10.0) -> int:
+
+def partition_count(bootstrap_servers: str, topic: str, timeout: float = 10.0, *,
+                    auto_create: bool = False) -> int:
     """The number of partitions of ``topic``, asked of the first bootstrap server that answers.
+
+    Args:
+        auto_create: Ask the broker to create a missing topic, as a producer's Metadata
+            request does (a writer's output topic); the answers that say it is being created
+            (retriable errors) are asked again until ``timeout``.
 
     Raises:
         KafkaTimeoutError: no server answered within ``timeout``.
@@ -32,15 +46,21 @@ def partition_count(bootstrap_servers: str, topic: str, timeout: float = 10.0) -
             break
         try:
             with BlockingConnection(host, port, timeout=left) as conn:
-                return _ask(conn, topic, left)
+                while True:
+                    try:
+                        return _ask(conn, topic, deadline - time.monotonic(), auto_create)
+                    except RetriableError:
+                        if not auto_create or time.monotonic() + _CREATING > deadline:
+                            raise
+                        time.sleep(_CREATING)
         except (KafkaConnectionError, KafkaTimeoutError) as exc:  # try the next server
             last = exc
     raise KafkaTimeoutError(f"no bootstrap server told the partitions of {topic!r}: {last!r}")
 
 
-def _ask(conn: BlockingConnection, topic: str, timeout: float) -> int:
+def _ask(conn: BlockingConnection, topic: str, timeout: float, auto_create: bool) -> int:
     request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
-                              allow_auto_topic_creation=False)
+                              allow_auto_topic_creation=auto_create)
     response = conn.request(request, timeout=timeout)
     for found in response.topics:
         if found.name == topic:

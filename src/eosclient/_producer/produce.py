@@ -20,6 +20,7 @@ fresh metadata, since most retriable Produce errors mean leadership moved.
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -35,6 +36,8 @@ from eosclient.config import ProducerConfig
 from eosclient.errors import ApiKey, KafkaConnectionError, UnsupportedVersionError
 
 __all__ = ["ProduceLane"]
+
+log = logging.getLogger("eosclient.producer")
 
 _NETWORK_EXCEPTION = 13  # what a lost answer is reported as: outcome unknown, resend
 _LOST = (_NETWORK_EXCEPTION, -1, -1)
@@ -67,6 +70,7 @@ class ProduceLane:
         self._backoff = Backoff(config.retry_backoff_ms / 1000,
                                 config.retry_backoff_max_ms / 1000)
         self._retry_at: dict[TopicPartition, float] = {}
+        self.acked_records = self.acked_batches = self.retried_batches = 0  # stats()
         # id(request) -> (node id, the earliest delivery deadline of its batches)
         self._flights: dict[int, tuple[int, float]] = {}
         # Requests made under the lock, written by send_outbox() after it is released.
@@ -146,8 +150,15 @@ class ProduceLane:
                                          log_append_time_ms=stamp)
             if isinstance(outcome, Acked):
                 self._retry_at.pop(tp, None)
+                self.acked_batches += 1
+                self.acked_records += ready.ticket.record_count
             elif isinstance(outcome, Retry):
-                self._retry_at[tp] = now + self._backoff.delay(ready.ticket.attempt + 1)
+                self.retried_batches += 1
+                delay = self._backoff.delay(ready.ticket.attempt + 1)
+                self._retry_at[tp] = now + delay
+                log.info("%s-%d: a batch of %d records failed (%s); sent again in %.0f ms, "
+                         "%d batches waiting", tp.topic, tp.partition, ready.ticket.record_count,
+                         answer.error or f"error code {code}", delay * 1000, outcome.pending)
                 self._metadata.request_update()
             elif isinstance(outcome, Failed):
                 self._core.on_produce_error(outcome.error, ready.ticket.identity,

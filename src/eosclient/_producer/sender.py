@@ -56,6 +56,7 @@ from eosclient._producer.produce import ProduceLane
 from eosclient._producer.results import DeliveryFuture, publish
 from eosclient.config import ProducerConfig
 from eosclient.errors import EosError, IllegalStateError
+from eosclient.stats import ClientStats
 
 __all__ = ["Sender"]
 
@@ -238,6 +239,15 @@ class Sender(IoThread):
         return max(0.0, min(timers) - now)
 
     # -- the end -------------------------------------------------------------------------------
+
+    def stats(self) -> ClientStats:
+        """A snapshot of the producer's counters (under the lock)."""
+        lane, counts = self._lane, self.core.counts
+        return ClientStats(
+            "producer", self.config.client_id, records=lane.acked_records,
+            batches=lane.acked_batches, transactions_committed=counts.committed,
+            transactions_aborted=counts.aborted, retries=lane.retried_batches + self.core.retries,
+            epoch_bumps=counts.epoch_bumps, requests=self.client.latency.snapshot())
 
     def _shut_down(self) -> None:
         """Fail every record still queued or in flight, and close the connections."""

@@ -292,7 +292,8 @@ class ExactlyOnceKafkaSink:
             return
         spec = self._spec
         if spec.topic is not None:
-            count = partition_count(spec.bootstrap_servers, spec.topic, spec.timeout)
+            count = partition_count(spec.bootstrap_servers, spec.topic, spec.timeout,
+                                    auto_create=True)  # as Spark's Kafka sink's producer
             self._spec = spec = _with_partitions(spec, count)
         if self.mode == "atomic":
             self._producer = open_producer(spec, None)  # aborts a leftover transaction

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, Protocol
@@ -39,6 +40,7 @@ _CORRELATION: Final = struct.Struct(">i")
 _READ_SIZE: Final = 65536
 _CLOSE_TIMEOUT: Final = 1.0
 _ADDRESSED: Final = frozenset({ApiKey.METADATA, ApiKey.FIND_COORDINATOR})
+_COARSE: Final = 0.0015  # a precise proxy's blocking part of a wait: a timer's lateness and more
 
 
 class _Owner(Protocol):
@@ -56,7 +58,10 @@ class _Owner(Protocol):
     def latency(self) -> float: ...
     @property
     def sasl(self) -> SaslUsers | None: ...
+    @property
+    def precise(self) -> bool: ...
     def _record(self, seen: SeenRequest) -> None: ...
+    def _time(self, timing: Timing) -> None: ...
 
 
 class SeenRequest(NamedTuple):
@@ -67,6 +72,26 @@ class SeenRequest(NamedTuple):
     correlation_id: int
 
 
+@dataclass(slots=True)
+class Timing:
+    """When one request passed each point of the proxy (``time.monotonic()`` seconds).
+
+    Filled in as the request goes: ``forwarded`` once written to the broker, ``answered`` once
+    the broker's answer arrived, ``delivered`` as that answer is written to the client; each
+    stays None if that never happened (a rule answered, dropped or cut it). The broker's own time
+    is ``answered - forwarded``; the client's time before its next request on the connection is
+    that request's ``arrived`` minus this one's ``delivered``.
+    """
+
+    api_key: int
+    api_version: int
+    connection: int  # which client connection (a number per proxy, in accept order)
+    arrived: float
+    forwarded: float | None = None
+    answered: float | None = None
+    delivered: float | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class _Answer:
     """What a slot delivers to the client, and when: a frame, nothing (dropped), or a cut."""
@@ -74,6 +99,7 @@ class _Answer:
     release_at: float
     payload: bytes | None = None
     cut: bool = False
+    timing: Timing | None = None  # the request it answers, to note when it was delivered
 
 
 @dataclass(eq=False, slots=True)
@@ -86,6 +112,7 @@ class _Exchange:
     release_at: float
     answer: asyncio.Future[_Answer]
     optional: bool  # Produce with acks=0: Kafka sends no response (noida-db and Tansu do)
+    timing: Timing
 
     def settle(self, answer: _Answer) -> None:
         if not self.answer.done():
@@ -107,8 +134,9 @@ async def close_writer(writer: asyncio.StreamWriter) -> None:
 class Link:
     """One client connection and its own upstream connection."""
 
-    def __init__(self, proxy: _Owner, client: _Pair, broker: _Pair) -> None:
+    def __init__(self, proxy: _Owner, client: _Pair, broker: _Pair, number: int = 0) -> None:
         self._proxy = proxy
+        self._number = number
         self._loop = asyncio.get_running_loop()
         self._client_reader, self._client_writer = client
         self._broker_reader, self._broker_writer = broker
@@ -196,7 +224,10 @@ class Link:
         self._slots.put_nowait(answer)
         optional = not expects_response(seen.api_key, seen.api_version, body)
         release_at = now + self._proxy.latency + held
-        self._outbound.put_nowait(_Exchange(seen, body, action, release_at, answer, optional))
+        timing = Timing(seen.api_key, seen.api_version, self._number, now)
+        self._proxy._time(timing)
+        self._outbound.put_nowait(
+            _Exchange(seen, body, action, release_at, answer, optional, timing))
 
     def _front(self, seen: SeenRequest, body: bytes, now: float) -> bool:
         """The SASL front's part: answer a login request here, or cut a request sent before
@@ -237,6 +268,7 @@ class Link:
 
     async def _forward(self, exchange: _Exchange) -> None:
         self._awaiting.append(exchange)
+        exchange.timing.forwarded = self._loop.time()
         self._broker_writer.write(frame(exchange.body))
         await self._broker_writer.drain()
 
@@ -265,6 +297,7 @@ class Link:
             raise ProtocolError(f"{len(body)}-byte response frame from the broker")
         (correlation_id,) = _CORRELATION.unpack_from(body)
         exchange = self._answered(correlation_id, now)
+        exchange.timing.answered = now
         action = exchange.action
         release_at = now + self._proxy.latency
         if isinstance(action, Delay) and action.direction == "response":
@@ -274,7 +307,7 @@ class Link:
         elif isinstance(action, Cut):
             answer = _Answer(release_at, cut=True)
         else:
-            answer = _Answer(release_at, self._rewrite(exchange, body))
+            answer = _Answer(release_at, self._rewrite(exchange, body), timing=exchange.timing)
         exchange.settle(answer)
 
     def _answered(self, correlation_id: int, now: float) -> _Exchange:
@@ -337,13 +370,23 @@ class Link:
                 log.debug("link %s: cut instead of a response", self._name)
                 return
             assert answer.payload is not None
+            if answer.timing is not None:  # (before the write: the client may read it at once)
+                answer.timing.delivered = self._loop.time()
             self._client_writer.write(answer.payload)
             await self._client_writer.drain()
 
     async def _sleep_until(self, when: float) -> None:
         delay = when - self._loop.time()
-        if delay > 0:
+        if delay <= 0:
+            return
+        if not self._proxy.precise:
             await asyncio.sleep(delay)
+            return
+        if delay > _COARSE:
+            await asyncio.sleep(delay - _COARSE)
+        rest = when - self._loop.time()
+        if rest > 0:
+            time.sleep(rest)  # the loop's timer would wake up to 1 ms late (see KafkaProxy)
 
 
 def _offer_sasl(response: Any) -> None:

@@ -65,7 +65,7 @@ from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
 from eosclient.errors import ApiKey
-from eosclient.testing._proxy_link import Link, SeenRequest, close_writer
+from eosclient.testing._proxy_link import Link, SeenRequest, Timing, close_writer
 from eosclient.testing._proxy_rules import (
     ERROR_RESPONSE_APIS,
     Action,
@@ -90,6 +90,7 @@ __all__ = [
     "RewriteError",
     "Rule",
     "SeenRequest",
+    "Timing",
 ]
 
 log = logging.getLogger("eosclient.testing.proxy")
@@ -112,6 +113,11 @@ class KafkaProxy:
         listen_host: the address to listen on, also the host named in rewritten metadata.
         listen_port: the port to listen on; 0 picks a free one.
         latency: seconds added to every frame in each direction (a round trip costs twice this).
+        precise: hold frames to within ~0.1 ms of their release time. The loop's timers wake up
+            to a millisecond late (epoll counts whole milliseconds), ~1.3 ms per round trip in
+            all; with ``precise`` the last 1.5 ms of each wait is a blocking sleep, which holds
+            up the proxy's other connections meanwhile. For a proxy in a process of its own with
+            few connections, timing round trips (the benchmarks).
         ssl_context: a server-side context: the listener speaks TLS (a TLS front).
         sasl: the users and mechanisms of a SASL login required on every connection.
 
@@ -126,6 +132,7 @@ class KafkaProxy:
         listen_host: str = "127.0.0.1",
         listen_port: int = 0,
         latency: float = 0.0,
+        precise: bool = False,
         ssl_context: ssl.SSLContext | None = None,
         sasl: SaslUsers | None = None,
     ) -> None:
@@ -134,8 +141,11 @@ class KafkaProxy:
         self.sasl = sasl
         self._listen = (listen_host, listen_port)
         self.latency = latency
+        self.precise = precise
         self._rules = RuleBook()
         self._seen: list[SeenRequest] = []
+        self._timings: list[Timing] = []
+        self._accepted = 0
         self._lock = threading.Lock()
         self._state = "new"
         self._port: int | None = None
@@ -262,9 +272,26 @@ class KafkaProxy:
             return list(self._seen)
 
     def clear_seen(self) -> None:
-        """Forget the requests recorded in `seen`."""
+        """Forget the requests recorded in `seen` and `timings`."""
         with self._lock:
             self._seen.clear()
+            self._timings.clear()
+
+    @property
+    def timings(self) -> list[Timing]:
+        """When each request received so far passed each point (`Timing`), in arrival order.
+
+        The records are the proxy's own and are filled in while their requests are under way:
+        read them once the client is done (a request still under way has None fields).
+        """
+        with self._lock:
+            return list(self._timings)
+
+    def take_timings(self) -> list[Timing]:
+        """`timings`, then forget them (at once, so that no request falls between the two)."""
+        with self._lock:
+            taken, self._timings = self._timings, []
+            return taken
 
     @property
     def connections(self) -> int:
@@ -276,6 +303,10 @@ class KafkaProxy:
     def _record(self, seen: SeenRequest) -> None:
         with self._lock:
             self._seen.append(seen)
+
+    def _time(self, timing: Timing) -> None:
+        with self._lock:
+            self._timings.append(timing)
 
     def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
         loop = self._loop
@@ -337,7 +368,8 @@ class KafkaProxy:
             )
             await close_writer(writer)
             return
-        link = Link(self, (reader, writer), upstream)
+        self._accepted += 1
+        link = Link(self, (reader, writer), upstream, self._accepted)
         self._links.add(link)
         try:
             await link.run()
