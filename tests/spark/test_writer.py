@@ -12,11 +12,12 @@ import pytest
 from pyspark import TaskContext, cloudpickle
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import udf
+from pyspark.sql.types import StringType, StructField, StructType
 from test_writer_crash_points import visible
 
-from eosclient.errors import AbortableError, RecordTypeError
+from eosclient.errors import AbortableError, ConfigError, RecordTypeError
 from eosclient.spark import ExactlyOnceKafkaDataSource, ExactlyOnceKafkaSink, _driver, eos_error_of
-from eosclient.spark._writer import StreamWriter, WriterPlan
+from eosclient.spark._writer import BatchWriter, StreamWriter, WriterPlan
 from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.checker import read_topic
@@ -131,3 +132,17 @@ def test_foreach_batch_datasource_mode_is_a_thin_layer_over_the_writer(
             (0, 1, 0), (0, 0, 1), (1, 1, 0)]
     seen = visible(servers, topic, 40)
     assert sorted(seen) == sorted([f"a{i}" for i in range(20)] + [f"b{i}" for i in range(20)])
+
+
+def test_two_batch_jobs_of_one_sink_id_at_once_fail_the_later_one_loudly(
+        broker: RunningBroker, unique_name: Names) -> None:
+    topic = topics.create_topic(broker, unique_name("out"), 1)
+    servers = broker.bootstrap_servers
+    options = {"bootstrap.servers": servers, "topic": topic, "sinkId": unique_name("sink")}
+    schema = StructType([StructField("value", StringType())])
+    first, second = (BatchWriter(WriterPlan.make(options, schema)) for _ in range(2))
+    assert first.batch == second.batch == 0  # both planned before either committed
+    first.commit([first._write(_batch(["a"]), first.batch)])
+    with pytest.raises(ConfigError, match="committed batch 0 while this one ran"):
+        second.commit([second._write(_batch(["b"]), second.batch)])
+    assert visible(servers, topic, 1) == ["a"]

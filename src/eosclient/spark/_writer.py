@@ -152,7 +152,7 @@ class _Writing:
             raise
         return _driver.TaskCommit(task, prepared, count)
 
-    def _commit(self, messages: Sequence[Any], batch: int) -> None:
+    def _commit(self, messages: Sequence[Any], batch: int) -> bool:
         records = self.plan.records()
         try:
             written = _driver.commit(records, self.plan.bootstrap_servers, messages, batch,
@@ -162,6 +162,7 @@ class _Writing:
         counted = sum(m.records for m in messages if m is not None)
         log.info("sink %s batch %d: %s (%d records in %d tasks)", self.plan.sink_id, batch,
                  "committed" if written else "a replay, aborted", counted, len(messages))
+        return written
 
     def _abort(self, messages: Sequence[Any], batch: int) -> None:
         log.warning("sink %s batch %s failed: aborting its transactions", self.plan.sink_id,
@@ -185,7 +186,7 @@ class StreamWriter(_Writing, DataSourceStreamArrowWriter):
         return self._write(iterator, int(batch) if batch is not None else None)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self._commit(messages, batchId)
+        self._commit(messages, batchId)  # a replay of a committed batch: aborted, not an error
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self._abort(messages, batchId)
@@ -208,7 +209,12 @@ class BatchWriter(_Writing, DataSourceArrowWriter):
         return self._write(iterator, self.batch)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._commit(messages, self.batch)
+        """Raises ConfigError (after aborting this job's transactions) when the job chose its
+        batch id itself and another job of the sinkId committed that id meanwhile."""
+        if not self._commit(messages, self.batch) and self.plan.batch_id is None:
+            raise ConfigError(f"another job of sinkId {self.plan.sink_id!r} committed batch "
+                              f"{self.batch} while this one ran; this job's rows were aborted "
+                              f"(run one job per sinkId at a time)", key="sinkId")
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self._abort(messages, self.batch)
