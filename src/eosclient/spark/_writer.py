@@ -143,7 +143,9 @@ class _Writing:
                     producer = _open(plan, task)
                 rows = _rows_of(record_batch, plan.layout)
                 count += write_chunks(producer, chunks(rows, plan.layout, plan.chunk_size))
-            if producer is None:
+            if producer is None:  # no rows; a retry still fences an earlier attempt, whose
+                if context is not None and context.attemptNumber() > 0:  # open transaction
+                    _open(plan, task, begin=False).close(plan.timeout)  # holds the LSO back
                 return _driver.TaskCommit(task, None, 0)
             prepared = producer.prepare_transaction(plan.timeout)
         except BaseException:
@@ -220,15 +222,16 @@ class BatchWriter(_Writing, DataSourceArrowWriter):
         self._abort(messages, self.batch)
 
 
-def _open(plan: WriterPlan, task: int) -> TransactionalProducer:
+def _open(plan: WriterPlan, task: int, *, begin: bool = True) -> TransactionalProducer:
     """The task's producer, initialised (fencing an earlier attempt, aborting its transaction),
-    with a transaction begun on the topic's partitions."""
+    with a transaction begun on the topic's partitions (unless ``begin`` is False)."""
     producer = TransactionalProducer(plan.bootstrap_servers,
                                      transactional_id=transactional_id(plan.sink_id, task),
                                      config=plan.producer_config)
     try:
         producer.init_transactions(plan.timeout)
-        producer.begin_transaction(plan.partitions)
+        if begin:
+            producer.begin_transaction(plan.partitions)
     except BaseException:
         producer.close(plan.timeout)
         raise
