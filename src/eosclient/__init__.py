@@ -51,7 +51,7 @@ from eosclient.errors import (
 )
 from eosclient.group_metadata import ConsumerGroupMetadata
 from eosclient.processor import ExactlyOnceProcessor, OutputRecord, ProcessorStats
-from eosclient.producer import TransactionalProducer
+from eosclient.producer import PreparedTransaction, TransactionalProducer, end_prepared
 from eosclient.stats import ClientStats, RequestStats
 
 accelerated: bool = all(_accel.compiled().values())
@@ -84,6 +84,7 @@ __all__ = [
     "KafkaTimeoutError",
     "OffsetOutOfRangeError",
     "OutputRecord",
+    "PreparedTransaction",
     "ProcessorStats",
     "ProducerConfig",
     "ProtocolError",
@@ -105,6 +106,7 @@ __all__ = [
     "UsageError",
     "__version__",
     "accelerated",
+    "end_prepared",
 ]
 
 # A library logs, the application decides where to: without a handler of its own, eosclient's

@@ -25,10 +25,12 @@ from typing import Any
 from eosclient._core.delivery import DeliveryHandle
 from eosclient._core.encoder import Header
 from eosclient._core.partitioner import Partitioner
+from eosclient._core.prepared import PreparedTransaction
 from eosclient._core.records import RecordChecker, Serializer, check_timestamp
 from eosclient._core.txn import Completion, State
 from eosclient._core.types import TopicPartition
 from eosclient._producer import args
+from eosclient._producer.prepared import end_prepared
 from eosclient._producer.results import DeliveryFuture, RecordFuture, RecordMetadata, publish
 from eosclient._producer.routing import Groups, Router
 from eosclient._producer.sender import Sender
@@ -46,7 +48,7 @@ from eosclient.errors import (
 from eosclient.group_metadata import ConsumerGroupMetadata
 from eosclient.stats import ClientStats
 
-__all__ = ["TransactionalProducer"]
+__all__ = ["PreparedTransaction", "TransactionalProducer", "end_prepared"]
 
 log = logging.getLogger("eosclient.producer")
 
@@ -263,6 +265,57 @@ class TransactionalProducer:
         except AbortableError as exc:
             self._abort_after(exc, timeout)
             raise
+
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+        """Flush the open transaction and hand it over *without ending it*; then close.
+
+        Every record is written and every registration answered; the transaction stays open
+        in the broker (invisible to read_committed readers) until some process ends it with
+        :func:`end_prepared` (EndTxn needs only the returned identity), or until the next
+        ``init_transactions()`` of this transactional.id aborts it. The producer is closed
+        afterwards (not aborting): a producer cannot go on under an identity it gave away.
+
+        Returns:
+            The transactional id, producer id and epoch to end the transaction with.
+
+        Raises:
+            KafkaTimeoutError: records or registrations still pending after ``timeout``; the
+                producer is still open: call again, or close it (which aborts).
+            AbortableError: the transaction failed; abort it (or close the producer).
+            FencedError: another instance took over; close this one. FatalError likewise.
+            IllegalStateError: no transaction is open, or the producer is closed.
+        """
+        seconds = args.timeout_of(timeout, self.config.max_block_ms)
+        deadline = time.monotonic() + seconds
+        self.flush(seconds)
+        with self._lock:
+            self._check_open()
+            while True:
+                state = self._core.state
+                if state is not State.IN_TRANSACTION:
+                    error = self._core.error
+                    if error is not None:
+                        raise error
+                    raise IllegalStateError(f"prepare_transaction() needs an open transaction; "
+                                            f"the producer is {state.value}")
+                if not self._core.waiting_for() and not self._sender.incomplete():
+                    break
+                self._sender.check_alive()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise KafkaTimeoutError(f"prepare_transaction(): still waiting for "
+                                            f"{sorted(w.value for w in self._core.waiting_for())} "
+                                            f"after {seconds:g} s")
+                self._changed.wait(remaining)
+            identity = self._core.identity
+            prepared = PreparedTransaction(self.config.transactional_id or "",
+                                           identity.producer_id, identity.epoch)
+            self._closed = True
+            self._core.close()
+            self._sender.stop()
+        self._sender.join(max(_JOIN_MIN, deadline - time.monotonic()))
+        self._finalizer.detach()
+        return prepared
 
     # -- records --------------------------------------------------------------------------------
 

@@ -14,6 +14,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from eosclient.spark import ExactlyOnceKafkaDataSource
+
 MASTER = "local[2,4]"
 
 
@@ -58,3 +60,21 @@ def write_inputs(input_dir: Path, files: int, lines: int) -> list[str]:
         (input_dir / f"part-{f:03d}.txt").write_text("\n".join(rows) + "\n")
         expected += [r + "!" for r in rows]
     return expected
+
+
+
+def start_writer_query(spark: SparkSession, input_dir: Path | str, checkpoint: Path | str, *,
+                       servers: str, topic: str, sink_id: str, tasks: int = 1,
+                       options: dict[str, str] | None = None) -> Any:
+    """The same query, written by the ``eosclient-kafka`` data source's streaming writer, in
+    ``tasks`` tasks per batch (round robin: a replay may put other rows in a task, which this
+    writer allows)."""
+    spark.dataSource.register(ExactlyOnceKafkaDataSource)
+    lines = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(input_dir))
+    out = lines.selectExpr("concat(value, '!') as value", "value as key")
+    if tasks > 1:
+        out = out.repartition(tasks)
+    return (out.writeStream.format("eosclient-kafka").option("bootstrap.servers", servers)
+            .option("topic", topic).option("sinkId", sink_id).option("timeoutSeconds", "30")
+            .options(**(options or {})).option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True).start())

@@ -24,6 +24,11 @@ Two modes:
     atomic across partitions: a reader may see some partitions of a batch before the others
     (each exactly once). Replays must put the same rows in the same Spark partition, which
     holds when the batch's plan is deterministic.
+``datasource``
+    A thin layer over the ``eosclient-kafka`` data source's batch writer
+    (:mod:`eosclient.spark._writer`): the executors write, one transaction per Spark
+    partition, and the driver commits the micro-batch as one decision under Spark's batch id
+    (a replay is skipped). Atomic per batch, parallel, and no plan determinism needed.
 
 At start (the first batch a sink object sees), the sink initialises every transactional.id it
 may have used, which aborts transactions a dead predecessor left open. In partitioned mode the
@@ -53,7 +58,10 @@ from eosclient.config import ConsumerConfig, ProducerConfig, build
 from eosclient.consumer import ReadCommittedConsumer
 from eosclient.errors import ConfigError
 from eosclient.producer import TransactionalProducer
-from eosclient.spark._ledger import Ledger, ledger_group
+from eosclient.spark._datasource import ExactlyOnceKafkaDataSource
+from eosclient.spark._decisions import Records
+from eosclient.spark._driver import recover
+from eosclient.spark._ledger import Ledger, decide, ledger_group
 from eosclient.spark._rows import Layout, Prepare, layout_of
 from eosclient.spark._task import (
     PartitionJob,
@@ -67,8 +75,8 @@ __all__ = ["BatchOutcome", "ExactlyOnceKafkaSink", "Mode"]
 
 log = logging.getLogger("eosclient.spark")
 
-Mode = Literal["atomic", "partitioned"]
-_MODES = ("atomic", "partitioned")
+Mode = Literal["atomic", "partitioned", "datasource"]
+_MODES = ("atomic", "partitioned", "datasource")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 _HISTORY = 100  # outcomes kept
 
@@ -79,7 +87,8 @@ class BatchOutcome:
 
     Attributes:
         batch_id: Spark's batch id.
-        records: Records written by this call (0 when every part was skipped).
+        records: Records written by this call (0 when every part was skipped; -1 in
+            ``datasource`` mode, where the executors count them).
         written: Transactions committed (atomic: 0 or 1; partitioned: one per Spark partition).
         skipped: Transactions skipped because the ledger had them (a replay).
     """
@@ -101,7 +110,8 @@ class ExactlyOnceKafkaSink:
         sink_id: Names the sink across restarts: its transactional.id(s) and ledger groups
             derive from it. One per query (a query with a new checkpoint needs a new one).
         topic: The output topic; None to take each row's ``topic`` column.
-        mode: ``"atomic"`` (default) or ``"partitioned"`` (see the module docstring).
+        mode: ``"atomic"`` (default), ``"partitioned"`` or ``"datasource"`` (see the module
+            docstring).
         ledger_topic: The existing topic whose partition 0 keeps the ledger offsets (default:
             ``topic``; required without one).
         producer_config: Producer settings by Kafka's dotted key (not ``transactional.id``).
@@ -156,6 +166,13 @@ class ExactlyOnceKafkaSink:
         """
         layout = layout_of(df.schema, self._spec.topic)
         selected = df.select(*layout.columns)
+        if self.mode == "datasource":
+            outcome = self._datasource(selected, batch_id)
+            with self._lock:
+                self._outcomes.append(outcome)
+            log.info("sink %s batch %d: %s", self.sink_id, batch_id,
+                     "skipped" if outcome.skipped else "written")
+            return
         with self._lock:
             try:
                 self._start()
@@ -210,6 +227,30 @@ class ExactlyOnceKafkaSink:
         if written is None:
             return BatchOutcome(batch_id, 0, 0, 1)
         return BatchOutcome(batch_id, written, 1, 0)
+
+    def _datasource(self, df: DataFrame, batch_id: int) -> BatchOutcome:
+        """A thin layer over the ``eosclient-kafka`` batch writer: the micro-batch as its batch
+        ``batch_id`` (written from the executors, one decision; a replay is skipped)."""
+        spec = self._spec
+        records = Records(spec.bootstrap_servers, spec.sink_id, spec.anchor, spec.timeout)
+        try:
+            done = recover(records, spec.bootstrap_servers)
+        finally:
+            records.close()
+        if done is not None and batch_id <= done:
+            decide(done, batch_id, spec.sink_id)  # raises for a batch before the last done
+            return BatchOutcome(batch_id, 0, 0, 1)
+        df.sparkSession.dataSource.register(ExactlyOnceKafkaDataSource)
+        writer = (df.write.format("eosclient-kafka").mode("append")
+                  .option("bootstrap.servers", spec.bootstrap_servers)
+                  .option("sinkId", spec.sink_id).option("ledgerTopic", spec.anchor.topic)
+                  .option("timeoutSeconds", str(spec.timeout))
+                  .option("chunkSize", str(spec.chunk_size)).option("batchId", str(batch_id))
+                  .options(**{f"kafka.{k}": str(v) for k, v in spec.producer_config.items()}))
+        if spec.topic is not None:
+            writer = writer.option("topic", spec.topic)
+        writer.save()
+        return BatchOutcome(batch_id, -1, 1, 0)
 
     def _partitioned(self, df: DataFrame, batch_id: int, layout: Layout) -> BatchOutcome:
         """Cache the batch and count each partition's rows (upstream work and its failures
@@ -302,7 +343,8 @@ def _check_settings(*, bootstrap_servers: object, sink_id: object, topic: object
             raise ConfigError(f"must be 1-200 characters of A-Z a-z 0-9 . _ -, got {value!r}",
                               key=key)
     if mode not in _MODES:
-        raise ConfigError(f"must be 'atomic' or 'partitioned', got {mode!r}", key="mode")
+        raise ConfigError(f"must be 'atomic', 'partitioned' or 'datasource', got {mode!r}",
+                          key="mode")
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise ConfigError(f"must be a number of seconds > 0, got {timeout!r}", key="timeout")
     if type(chunk_size) is not int or chunk_size < 1:

@@ -1,0 +1,286 @@
+"""The ``eosclient-kafka`` data source's writers: executors write, the driver commits.
+
+``df.writeStream.format("eosclient-kafka")`` (:class:`StreamWriter`) and
+``df.write.format("eosclient-kafka")`` (:class:`BatchWriter`). Each task of a batch writes its
+rows (Arrow record batches, converted column by column) in a transaction of its own
+transactional id, ``<sinkId>-w<partition>``, and returns a :class:`~._driver.TaskCommit` with
+the flushed transaction *still open* (:meth:`~eosclient.TransactionalProducer.prepare_transaction`).
+The driver ends them all in one decision (:mod:`eosclient.spark._driver`). A retried or
+speculative attempt of a task initialises the same transactional id, which fences the earlier
+attempt and aborts its transaction.
+
+Options: ``bootstrap.servers`` (required), ``sinkId`` (required; one per query),
+``topic`` (or a ``topic`` column), ``ledgerTopic`` (an existing topic whose partition 0 keeps
+the sink's records; default ``topic``), ``timeoutSeconds`` (60), ``chunkSize`` (5000), and any
+producer setting as ``kafka.<dotted key>`` (``kafka.linger.ms``). ``batchId`` (batch writes:
+the batch's id; a batch done already is skipped). ``testing.crashAt`` is a test hook
+(:func:`eosclient.spark._driver.crash_point`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from eosclient._core.types import TopicPartition
+from eosclient._processor.topics import partition_count
+from eosclient.config import ProducerConfig, build
+from eosclient.errors import ConfigError
+from eosclient.producer import TransactionalProducer
+from eosclient.spark import _driver
+from eosclient.spark._decisions import Records, transactional_id
+from eosclient.spark._rows import Layout, chunks, layout_of
+from eosclient.spark._task import write_chunks
+
+__all__ = ["BatchWriter", "StreamWriter", "WriterPlan"]
+
+log = logging.getLogger("eosclient.spark")
+
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_BATCH_ID = "streaming.sql.batchId"  # the local property Spark sets for a micro-batch's jobs
+
+
+@dataclass(frozen=True, slots=True)
+class WriterPlan:
+    """Everything a writer needs on the driver and on the executors (pickled to both)."""
+
+    bootstrap_servers: str
+    sink_id: str
+    topic: str | None
+    anchor: TopicPartition
+    partitions: tuple[TopicPartition, ...] | None
+    layout: Layout
+    producer_config: dict[str, object]
+    timeout: float
+    chunk_size: int
+    done: int | None  # the last batch done when the writer was made (after recovery)
+    crash_at: str | None = None  # tests only: the ``testing.crashAt`` option
+    batch_id: int | None = None  # the batch writer's ``batchId`` option
+
+    @classmethod
+    def make(cls, options: Mapping[str, str], schema: StructType) -> WriterPlan:
+        """Check the options and the schema, then recover the sink (the driver, at planning).
+
+        Raises:
+            ConfigError: an option is missing or bad (named by ``.key``).
+            RecordTypeError: the DataFrame's columns are not the sink's.
+            EosError: Kafka failed while recovering.
+        """
+        get = _getter(options)
+        servers = get("bootstrap.servers") or get("kafka.bootstrap.servers")
+        if not servers:
+            raise ConfigError("the sink needs the brokers: .option('bootstrap.servers', "
+                              "'host:port')", key="bootstrap.servers")
+        sink_id = _name(get("sinkId"), "sinkId", required=True)
+        assert sink_id is not None
+        topic = _name(get("topic"), "topic")
+        anchor_topic = _name(get("ledgerTopic"), "ledgerTopic") or topic
+        if anchor_topic is None:
+            raise ConfigError("without a topic, name an existing topic for the ledger",
+                              key="ledgerTopic")
+        timeout = _positive(get("timeoutSeconds"), "timeoutSeconds", float) or 60.0
+        chunk_size = _positive(get("chunkSize"), "chunkSize", int) or 5000
+        producer_config: dict[str, object] = {
+            k[len("kafka."):]: _setting(k[len("kafka."):], v) for k, v in options.items()
+            if k.lower().startswith("kafka.") and k.lower() != "kafka.bootstrap.servers"}
+        if "transactional.id" in producer_config:
+            raise ConfigError("the sink sets transactional.id from sinkId",
+                              key="kafka.transactional.id")
+        build(ProducerConfig, {"bootstrap_servers": servers, "transactional_id": sink_id},
+              producer_config)  # every key checked now, on the driver
+        layout = layout_of(schema, topic)
+        partitions = None if topic is None else tuple(
+            TopicPartition(topic, p) for p in range(partition_count(servers, topic, timeout)))
+        anchor = TopicPartition(anchor_topic, 0)
+        records = Records(servers, sink_id, anchor, timeout)
+        try:
+            done = _driver.recover(records, servers)
+        finally:
+            records.close()
+        batch_id = get("batchId")
+        if batch_id is not None and not (batch_id.isdigit() and int(batch_id) < 1 << 40):
+            raise ConfigError(f"must be an int >= 0, got {batch_id!r}", key="batchId")
+        return cls(servers, sink_id, topic, anchor, partitions, layout, producer_config,
+                   timeout, chunk_size, done, get("testing.crashAt"),
+                   None if batch_id is None else int(batch_id))
+
+    def records(self) -> Records:
+        return Records(self.bootstrap_servers, self.sink_id, self.anchor, self.timeout)
+
+
+class _Writing:
+    """What both writers do: a task's transaction on an executor, the decision on the driver."""
+
+    plan: WriterPlan
+
+    def _write(self, batches: Iterator[Any], batch: int | None) -> _driver.TaskCommit:
+        """One task (on an executor): write its rows, flush, hand the transaction over."""
+        context = TaskContext.get()
+        task = context.partitionId() if context is not None else 0
+        plan = self.plan
+        if batch is not None and plan.done is not None and batch <= plan.done:
+            log.info("sink %s batch %d task %d: committed before; not written", plan.sink_id,
+                     batch, task)
+            return _driver.TaskCommit(task, None, 0, True)
+        producer: TransactionalProducer | None = None
+        count = 0
+        try:
+            for record_batch in batches:
+                if record_batch.num_rows == 0:
+                    continue
+                if producer is None:
+                    producer = _open(plan, task)
+                rows = _rows_of(record_batch, plan.layout)
+                count += write_chunks(producer, chunks(rows, plan.layout, plan.chunk_size))
+            if producer is None:  # no rows; a retry still fences an earlier attempt, whose
+                if context is not None and context.attemptNumber() > 0:  # open transaction
+                    _open(plan, task, begin=False).close(plan.timeout)  # holds the LSO back
+                return _driver.TaskCommit(task, None, 0)
+            prepared = producer.prepare_transaction(plan.timeout)
+        except BaseException:
+            if producer is not None:
+                producer.close(plan.timeout)  # aborts what it began
+            raise
+        return _driver.TaskCommit(task, prepared, count)
+
+    def _commit(self, messages: Sequence[Any], batch: int) -> bool:
+        records = self.plan.records()
+        try:
+            written = _driver.commit(records, self.plan.bootstrap_servers, messages, batch,
+                                     self.plan.crash_at)
+        finally:
+            records.close()
+        counted = sum(m.records for m in messages if m is not None)
+        log.info("sink %s batch %d: %s (%d records in %d tasks)", self.plan.sink_id, batch,
+                 "committed" if written else "a replay, aborted", counted, len(messages))
+        return written
+
+    def _abort(self, messages: Sequence[Any], batch: int) -> None:
+        log.warning("sink %s batch %s failed: aborting its transactions", self.plan.sink_id,
+                    batch)
+        records = self.plan.records()
+        try:
+            _driver.abort(records, self.plan.bootstrap_servers, messages, batch)
+        finally:
+            records.close()
+
+
+class StreamWriter(_Writing, DataSourceStreamArrowWriter):
+    """``writeStream.format("eosclient-kafka")``: one atomic decision per micro-batch."""
+
+    def __init__(self, plan: WriterPlan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        context = TaskContext.get()
+        batch = context.getLocalProperty(_BATCH_ID) if context is not None else None
+        return self._write(iterator, int(batch) if batch is not None else None)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._commit(messages, batchId)  # a replay of a committed batch: aborted, not an error
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._abort(messages, batchId)
+
+
+class BatchWriter(_Writing, DataSourceArrowWriter):
+    """``write.format("eosclient-kafka")``: the whole job in one decision, as batch
+    ``batchId`` of the sink (the option), or ``done + 1`` (one job per sinkId at a time).
+
+    With ``batchId``, a job whose batch is done already writes nothing (a replay, as
+    ``foreachBatch`` replays a micro-batch: :class:`~eosclient.spark.ExactlyOnceKafkaSink`'s
+    ``datasource`` mode)."""
+
+    def __init__(self, plan: WriterPlan) -> None:
+        self.plan = plan
+        self.batch = plan.batch_id if plan.batch_id is not None else \
+            0 if plan.done is None else plan.done + 1
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return self._write(iterator, self.batch)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Raises ConfigError (after aborting this job's transactions) when the job chose its
+        batch id itself and another job of the sinkId committed that id meanwhile."""
+        if not self._commit(messages, self.batch) and self.plan.batch_id is None:
+            raise ConfigError(f"another job of sinkId {self.plan.sink_id!r} committed batch "
+                              f"{self.batch} while this one ran; this job's rows were aborted "
+                              f"(run one job per sinkId at a time)", key="sinkId")
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._abort(messages, self.batch)
+
+
+def _open(plan: WriterPlan, task: int, *, begin: bool = True) -> TransactionalProducer:
+    """The task's producer, initialised (fencing an earlier attempt, aborting its transaction),
+    with a transaction begun on the topic's partitions (unless ``begin`` is False)."""
+    producer = TransactionalProducer(plan.bootstrap_servers,
+                                     transactional_id=transactional_id(plan.sink_id, task),
+                                     config=plan.producer_config)
+    try:
+        producer.init_transactions(plan.timeout)
+        if begin:
+            producer.begin_transaction(plan.partitions)
+    except BaseException:
+        producer.close(plan.timeout)
+        raise
+    return producer
+
+
+def _rows_of(record_batch: Any, layout: Layout) -> Iterable[Sequence[Any]]:
+    """An Arrow record batch as rows of the layout's columns (converted a column at a time)."""
+    columns = [record_batch.column(name).to_pylist() for name in layout.columns]
+    if "headers" in layout.columns:
+        at = layout.columns.index("headers")
+        columns[at] = [None if hs is None else [(h["key"], h["value"]) for h in hs]
+                       for hs in columns[at]]
+    return zip(*columns, strict=True)
+
+
+def _setting(key: str, value: str) -> object:
+    """A Spark option's text as a setting: integers as int (Spark options are all strings), as
+    the CLI's ``-X`` reads them; every ssl.*/sasl.* setting stays text."""
+    if value.lstrip("-").isdigit() and not key.startswith(("ssl.", "sasl.")):
+        return int(value)
+    return value
+
+
+def _getter(options: Mapping[str, str]) -> Any:
+    def get(key: str) -> str | None:
+        for name, value in options.items():
+            if name.lower() == key.lower():
+                return value
+        return None
+    return get
+
+
+def _name(value: str | None, key: str, *, required: bool = False) -> str | None:
+    if value is None and not required:
+        return None
+    if value is None or not _NAME.fullmatch(value):
+        raise ConfigError(f"must be 1-200 characters of A-Z a-z 0-9 . _ -, got {value!r}",
+                          key=key)
+    return value
+
+
+def _positive(text: str | None, key: str, kind: type[int] | type[float]) -> Any:
+    if text is None:
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        raise ConfigError(f"must be a positive number, got {text!r}", key=key) from None
+    if value <= 0:
+        raise ConfigError(f"must be a positive number, got {text!r}", key=key)
+    return value
