@@ -1,0 +1,108 @@
+"""The asyncio front's I/O: the same turns as the I/O thread, run by an event loop.
+
+Theory of operation
+-------------------
+A sync client's I/O thread (:class:`~eosclient._net.io_thread.IoThread`) alternates two things:
+:meth:`NetworkClient.poll` (wait for sockets or a timer) and :meth:`IoThread.turn` (dispatch the
+answers, step the sans-IO core, send). The waiting is the only part an event loop does
+differently, so :class:`LoopDriver` replaces just that: the network client's selector is itself
+a file descriptor (epoll, kqueue), readable whenever one of its sockets is ready or its wakeup
+socketpair was written, so the loop watches that one descriptor (``add_reader``) and a timer
+(``call_at``), and on either runs ``poll(0)`` and a turn. Nothing is written twice: the core,
+accumulator, read_committed filter and group logic are the sync client's objects, and no thread
+is started (host-name lookups still run on the resolver's thread, which wakes the selector).
+
+Application calls made on the loop's thread wake the driver the way they wake the I/O thread
+(:meth:`IoThread.wake` writes the socketpair, which the selector reports). A coroutine that waits
+for the core (a commit, metadata) awaits :meth:`LoopDriver.changed`, which resolves after every
+turn, and then looks again: the condition variable of the sync front, as a future.
+
+A turn that raises is a bug, handled as on the thread (:meth:`IoThread.crash`): every waiting
+call sees it. After the last turn (the client closed) the driver takes its reader and timer
+off the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+from eosclient._net.io_thread import IoThread
+
+__all__ = ["LoopDriver"]
+
+
+class LoopDriver:
+    """Runs ``io``'s turns from the running event loop (create it inside one).
+
+    Args:
+        io: The producer's or consumer's loop state; its own thread is never started.
+    """
+
+    def __init__(self, io: IoThread) -> None:
+        self._io = io
+        self._loop = asyncio.get_running_loop()
+        # A duplicate of the selector's descriptor: the client closes its own when it closes,
+        # and the loop must never watch a number the kernel may hand out again meanwhile.
+        self._fd = os.dup(io.client.selector_fileno())
+        self._timer: asyncio.Handle | None = None
+        self._changed: asyncio.Future[None] | None = None
+        self.stopped = False
+        io.driven_by(threading.current_thread())
+
+    def start(self) -> None:
+        """Watch the selector and run the first turn soon."""
+        self._loop.add_reader(self._fd, self._ready)
+        self._timer = self._loop.call_soon(self._ready)
+
+    async def changed(self, timeout: float) -> None:
+        """Return after the next turn, or after ``timeout`` seconds, whichever comes first.
+
+        Cancelling the caller cancels only this wait; the driver and the core are unaffected.
+        """
+        if self.stopped:
+            return
+        if self._changed is None or self._changed.done():
+            self._changed = self._loop.create_future()
+        # shield: the future is shared by every waiter; one waiter's cancellation is its own.
+        waiter = asyncio.shield(self._changed)
+        try:
+            await asyncio.wait_for(waiter, max(0.0, timeout))
+        except TimeoutError:
+            return
+
+    async def stopped_after(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the last turn; whether it ran."""
+        deadline = self._loop.time() + timeout
+        while not self.stopped and self._loop.time() < deadline:
+            await self.changed(deadline - self._loop.time())
+        return self.stopped
+
+    def _ready(self) -> None:
+        """The selector has events, the wakeup was written, or the timer is due: one turn."""
+        if self.stopped:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        try:
+            timeout = self._io.turn(self._io.client.poll(0.0))
+        except BaseException as exc:  # a bug: make every waiting call see it
+            self._stop()
+            self._io.crash(exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            if timeout is None:
+                self._stop()
+            else:
+                self._timer = self._loop.call_later(timeout, self._ready)
+        changed, self._changed = self._changed, None
+        if changed is not None and not changed.done():
+            changed.set_result(None)
+
+    def _stop(self) -> None:
+        self.stopped = True
+        self._loop.remove_reader(self._fd)
+        os.close(self._fd)
