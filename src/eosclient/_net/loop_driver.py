@@ -8,9 +8,12 @@ answers, step the sans-IO core, send). The waiting is the only part an event loo
 differently, so :class:`LoopDriver` replaces just that: the network client's selector is itself
 a file descriptor (epoll, kqueue), readable whenever one of its sockets is ready or its wakeup
 socketpair was written, so the loop watches that one descriptor (``add_reader``) and a timer
-(``call_at``), and on either runs ``poll(0)`` and a turn. Nothing is written twice: the core,
-accumulator, read_committed filter and group logic are the sync client's objects, and no thread
-is started (host-name lookups still run on the resolver's thread, which wakes the selector).
+(``call_later``), and on either runs ``poll(0)``, a turn, and ``poll(0)`` again (which starts
+the connects the turn asked for and writes what it sent, as the thread's next poll would before
+it waits; a turn whose answers come back at once is followed by another). Nothing is written
+twice: the core, accumulator, read_committed filter and group logic are the sync client's
+objects, and no thread is started (host-name lookups still run on the resolver's thread, which
+wakes the selector).
 
 Application calls made on the loop's thread wake the driver the way they wake the I/O thread
 (:meth:`IoThread.wake` writes the socketpair, which the selector reports). A coroutine that waits
@@ -86,8 +89,18 @@ class LoopDriver:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        client = self._io.client
         try:
-            timeout = self._io.turn(self._io.client.poll(0.0))
+            answers = client.poll(0.0)
+            while True:
+                timeout = self._io.turn(answers)
+                if timeout is None:
+                    break
+                # What the thread's poll does before it waits: start the connects the turn
+                # asked for and write what it sent. Its answers (a failed connect) turn at once.
+                answers = client.poll(0.0)
+                if not answers:
+                    break
         except BaseException as exc:  # a bug: make every waiting call see it
             self._stop()
             self._io.crash(exc)

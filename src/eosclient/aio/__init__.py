@@ -7,6 +7,12 @@ and state rules, driven by the event loop instead of an I/O thread (see docs/asy
 
 from __future__ import annotations
 
+from eosclient.aio.consumer import AsyncReadCommittedConsumer, AsyncRebalanceCallback
 from eosclient.aio.producer import AsyncTransactionalProducer, Delivery
 
-__all__ = ["AsyncTransactionalProducer", "Delivery"]
+__all__ = [
+    "AsyncReadCommittedConsumer",
+    "AsyncRebalanceCallback",
+    "AsyncTransactionalProducer",
+    "Delivery",
+]
