@@ -82,6 +82,14 @@ class LoopDriver:
             await self.changed(deadline - self._loop.time())
         return self.stopped
 
+    def pump(self) -> None:
+        """Run a turn now, from a coroutine that will not yield to the loop (a ``poll()`` that
+        has records at hand returns without suspending): answers that came meanwhile are taken
+        in and requests due go out, as the I/O thread does beside the application's thread.
+        Without it, a consumer whose records are buffered sends its next Fetch only once the
+        buffer runs dry, a round trip lost per buffer."""
+        self._ready()
+
     def _ready(self) -> None:
         """The selector has events, the wakeup was written, or the timer is due: one turn."""
         if self.stopped:

@@ -197,6 +197,7 @@ class AsyncReadCommittedConsumer:
         deadline = time.monotonic() + seconds
         while True:
             await self._rebalance()
+            driver.pump()  # what the I/O thread did meanwhile in the sync consumer
             fed = sync._take_in()
             records, followups = sync._assignment.drain(limit)
             error = sync._settle(followups, fed)
