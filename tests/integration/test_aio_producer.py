@@ -174,6 +174,8 @@ def test_usage_errors_are_the_sync_producers_and_queue_nothing(
             with pytest.raises(IllegalStateError):
                 await p.send(topic, b"x")  # not initialised
             await p.init_transactions(TIMEOUT)
+            with pytest.raises(IllegalStateError, match="loop's thread"):
+                await asyncio.to_thread(p.begin_transaction)  # another thread: refused
             p.begin_transaction(partitions=[TopicPartition(topic, 0)])
             with pytest.raises(UnknownPartitionError):
                 await p.send(topic, b"undeclared", partition=1)

@@ -32,6 +32,7 @@ import os
 import threading
 
 from eosclient._net.io_thread import IoThread
+from eosclient.errors import IllegalStateError
 
 __all__ = ["LoopDriver"]
 
@@ -52,7 +53,19 @@ class LoopDriver:
         self._timer: asyncio.Handle | None = None
         self._changed: asyncio.Future[None] | None = None
         self.stopped = False
-        io.driven_by(threading.current_thread())
+        self.thread = threading.current_thread()
+        io.driven_by(self.thread)
+
+    def check_thread(self, who: str) -> None:
+        """Refuse a call from any thread but the loop's: the client's state is the loop's alone
+        (no lock is taken across an ``await``).
+
+        Raises:
+            IllegalStateError: called from another thread; nothing changed.
+        """
+        if threading.current_thread() is not self.thread:
+            raise IllegalStateError(f"the {who} belongs to the event loop it was started in; "
+                                    "call it from that loop's thread")
 
     def start(self) -> None:
         """Watch the selector and run the first turn soon."""

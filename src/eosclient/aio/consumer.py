@@ -310,6 +310,7 @@ class AsyncReadCommittedConsumer:
         if self._driver is None:
             raise IllegalStateError("the consumer is not started: `await consumer.start()` "
                                     "or `async with consumer` first")
+        self._driver.check_thread("consumer")
         return self._driver
 
     def _unbuffered(self) -> dict[TopicPartition, int]:

@@ -318,6 +318,7 @@ class AsyncTransactionalProducer:
         if self._driver is None:
             raise IllegalStateError("the producer is not started: `await producer.start()` "
                                     "or `async with producer` first")
+        self._driver.check_thread("producer")
         return self._driver
 
     async def _blocking(self, call: Callable[[float, float], Completion],
