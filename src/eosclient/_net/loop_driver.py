@@ -28,6 +28,7 @@ off the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 
@@ -51,7 +52,7 @@ class LoopDriver:
         # and the loop must never watch a number the kernel may hand out again meanwhile.
         self._fd = os.dup(io.client.selector_fileno())
         self._timer: asyncio.Handle | None = None
-        self._changed: asyncio.Future[None] | None = None
+        self._waiters: list[asyncio.Future[None]] = []  # each waits for the next turn
         self.stopped = False
         self.thread = threading.current_thread()
         io.driven_by(self.thread)
@@ -76,17 +77,21 @@ class LoopDriver:
         """Return after the next turn, or after ``timeout`` seconds, whichever comes first.
 
         Cancelling the caller cancels only this wait; the driver and the core are unaffected.
+        (A future per waiter, not ``asyncio.wait_for``: on Python 3.11 that can swallow a
+        cancellation that comes as the awaited future completes, so a cancelled commit went
+        on as if not cancelled.)
         """
         if self.stopped:
             return
-        if self._changed is None or self._changed.done():
-            self._changed = self._loop.create_future()
-        # shield: the future is shared by every waiter; one waiter's cancellation is its own.
-        waiter = asyncio.shield(self._changed)
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        self._waiters.append(waiter)
+        timer = self._loop.call_later(max(0.0, timeout), _settle, waiter)
         try:
-            await asyncio.wait_for(waiter, max(0.0, timeout))
-        except TimeoutError:
-            return
+            await waiter
+        finally:
+            timer.cancel()
+            with contextlib.suppress(ValueError):  # (woken by a turn: gone already)
+                self._waiters.remove(waiter)
 
     async def stopped_after(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the last turn; whether it ran."""
@@ -132,11 +137,16 @@ class LoopDriver:
                 self._stop()
             else:
                 self._timer = self._loop.call_later(timeout, self._ready)
-        changed, self._changed = self._changed, None
-        if changed is not None and not changed.done():
-            changed.set_result(None)
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            _settle(waiter)
 
     def _stop(self) -> None:
         self.stopped = True
         self._loop.remove_reader(self._fd)
         os.close(self._fd)
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():  # (its task may have been cancelled)
+        waiter.set_result(None)
