@@ -114,3 +114,22 @@ def test_calls_from_another_thread_are_refused(run_async: Run) -> None:
         assert await driver.stopped_after(5.0)
 
     run_async(main())
+
+
+def test_a_cancellation_that_arrives_with_the_turn_is_not_swallowed(run_async: Run) -> None:
+    # asyncio.wait_for (Python 3.11) returned normally here: a cancelled commit went on
+    async def main() -> None:
+        io = Recorder()
+        driver = LoopDriver(io)
+        driver.start()
+        await driver.changed(5.0)
+        task = asyncio.create_task(driver.changed(30.0))
+        await asyncio.sleep(0)  # the task waits for the next turn
+        driver.pump()  # the turn: its wait is over ...
+        task.cancel()  # ... and the task is cancelled before it resumes
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        io.stop()
+        assert await driver.stopped_after(5.0)
+
+    run_async(main())
