@@ -20,6 +20,7 @@ from eosclient import (
     IllegalStateError,
     InvalidGroupIdError,
     RecordMetadata,
+    RecordTypeError,
     TopicPartition,
     TransactionalProducer,
     UnknownPartitionError,
@@ -181,6 +182,10 @@ def test_usage_errors_are_the_sync_producers_and_queue_nothing(
                 await p.send(topic, b"undeclared", partition=1)
             with pytest.raises(UnknownPartitionError):
                 await p.send(topic, b"no such partition", partition=7)
+            with pytest.raises(RecordTypeError):
+                await p.send(["not a topic"], b"x")  # type: ignore[arg-type]
+            with pytest.raises(RecordTypeError):
+                await p.send(topic, 123, partition=0)
             await p.send(topic, b"declared", partition=0)
             await p.commit_transaction(TIMEOUT)
         with pytest.raises(IllegalStateError, match="closed"):

@@ -1,4 +1,4 @@
-"""AsyncTransactionalProducer under faults: cancellation at every await point of a commit, cut
+"""The async clients under faults: cancellation at every await point of a commit, cut
 connections, through the proxy in front of noida-db and Tansu.
 
 The await points of ``commit_transaction()`` are the answers it waits for: the Produce of the
@@ -18,8 +18,13 @@ from typing import Any
 
 import pytest
 
-from eosclient import IllegalStateError, ReadCommittedConsumer, TopicPartition
-from eosclient.aio import AsyncTransactionalProducer
+from eosclient import (
+    IllegalStateError,
+    ReadCommittedConsumer,
+    TopicPartition,
+    TransactionalProducer,
+)
+from eosclient.aio import AsyncReadCommittedConsumer, AsyncTransactionalProducer
 from eosclient.errors import ApiKey
 from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
@@ -177,3 +182,41 @@ def test_a_cut_after_the_broker_acted_commits_once(
     with KafkaProxy(broker.host, broker.port) as proxy:
         run_async(main(proxy))
     assert outcome(broker, topic) == (sent, ["commit"])
+
+
+
+def test_the_async_consumer_reads_exactly_the_committed_set_through_cut_fetches(
+        broker: RunningBroker, unique_name: Callable[[str], str], run_async: Run) -> None:
+    topic = topics.create_topic(broker, unique_name("t"), 1)
+    tp = TopicPartition(topic, 0)
+    committed: list[bytes] = []
+    with TransactionalProducer(broker.bootstrap_servers, transactional_id=unique_name("w")) as w:
+        w.init_transactions(TIMEOUT)
+        for n in range(6):
+            values = [b"t%d-%d" % (n, i) for i in range(50)]
+            w.begin_transaction()
+            w.send_batch(topic, values, partition=0)
+            w.flush(TIMEOUT)
+            if n % 2 == 0:
+                w.commit_transaction(TIMEOUT)
+                committed += values
+            else:
+                w.abort_transaction(TIMEOUT)
+
+    async def main(proxy: KafkaProxy) -> list[bytes | None]:
+        cuts = [proxy.add_rule(Rule(api_key=ApiKey.FETCH, nth=n, action=Cut(when)))
+                for n, when in ((1, "after"), (2, "before"))]
+        async with AsyncReadCommittedConsumer(
+                proxy.bootstrap_servers, auto_offset_reset="earliest",
+                config={"max.partition.fetch.bytes": 2048}) as consumer:  # several Fetches
+            consumer.assign([tp])
+            got: list[bytes | None] = []
+            async with asyncio.timeout(TIMEOUT):
+                while len(got) < len(committed):
+                    got += [r.value for r in await consumer.poll(1.0)]
+            assert await consumer.poll(0.5) == []
+        assert [c.fired for c in cuts] == [1, 1]
+        return got
+
+    with KafkaProxy(broker.host, broker.port) as proxy:
+        assert run_async(main(proxy)) == committed
