@@ -339,7 +339,7 @@ class AsyncTransactionalProducer:
         sync._check_open()
         now = time.monotonic()
         completion = call(now, now + seconds)
-        sync._sender.wake()
+        driver.pump()  # its first requests go out now, not after a trip through the loop
         try:
             while not completion.done:
                 sync._sender.check_alive()
