@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple, TypeVar
 
 from eosclient._consumer import args
-from eosclient._consumer.deserialize import deserialize
+from eosclient._consumer.deserialize import Deserialized, deserialize
 from eosclient._consumer.fetcher import Fetcher
 from eosclient._consumer.lookups import Ends
 from eosclient._consumer.loop import IoLoop, serialized
@@ -129,6 +129,8 @@ class ReadCommittedConsumer:
             value, or one setting given twice with different values. Nothing was started.
     """
 
+    _reporter: StatsReporter | None  # stats_cb's thread (the sync front only)
+
     def __init__(self, bootstrap_servers: str | Sequence[str] | None = None, *,
                  group_id: str | None = None, group_instance_id: str | None = None,
                  isolation_level: str | None = None,
@@ -181,7 +183,7 @@ class ReadCommittedConsumer:
         self._closed = False
         self._app_lock = threading.RLock()  # serializes the application's calls (see above)
         self._delivered = 0  # records poll() returned (stats())
-        self._reporter: StatsReporter | None = None  # started by __init__ (the sync front)
+        self._reporter = None  # started by __init__ (the sync front)
 
     # -- partitions -----------------------------------------------------------------------------
 
@@ -324,9 +326,7 @@ class ReadCommittedConsumer:
               drain: Callable[[int], tuple[_Out, list[Followup]]], empty: _Out) -> _Out:
         seconds = args.timeout_of(timeout, 0)
         limit = args.max_records_of(max_records, self.config.max_poll_records)
-        if self._mode is _Mode.UNSET and not self._closed:
-            raise IllegalStateError("poll() before assign() or subscribe(): there is nothing "
-                                    "to fetch, so it could only wait")
+        self._check_polling()
         deadline = time.monotonic() + seconds
         with self._app_lock:
             while True:
@@ -334,20 +334,10 @@ class ReadCommittedConsumer:
                 with self._lock:
                     fed = self._take_in()
                 records, followups = drain(limit)  # decoding: no lock held
-                cfg = self.config
-                done = None  # the application's deserializers: on its thread, no lock held
-                if isinstance(records, list) and records and (cfg.key_deserializer
-                                                              or cfg.value_deserializer):
-                    done = deserialize(records, cfg.key_deserializer, cfg.value_deserializer)
-                    records = done.records
+                records, done = self._deserialize(records)
                 with self._lock:
-                    error = self._settle(followups, fed)
-                    if done is not None and done.error is not None:
-                        self._rewind(done.rewind)
-                        error = error or done.error
+                    error = self._settle_poll(records, followups, fed, done)
                     if records:
-                        self._delivered += (len(records) if isinstance(records, list) else
-                                            sum(len(c.offsets) for c in records.values()))
                         return records
                     if error is not None:
                         raise error.with_traceback(None)
@@ -357,6 +347,36 @@ class ReadCommittedConsumer:
                     if remaining <= 0:
                         return empty
                     self._changed.wait(remaining)
+
+    # poll()'s steps, shared with the asyncio front (eosclient.aio), which waits otherwise.
+
+    def _check_polling(self) -> None:
+        if self._mode is _Mode.UNSET and not self._closed:
+            raise IllegalStateError("poll() before assign() or subscribe(): there is nothing "
+                                    "to fetch, so it could only wait")
+
+    def _deserialize(self, records: _Out) -> tuple[_Out, Deserialized | None]:
+        """The application's deserializers (on poll()'s records, not poll_batch()'s columns):
+        on its thread, no lock held."""
+        cfg = self.config
+        if not isinstance(records, list) or not records or not (cfg.key_deserializer
+                                                                or cfg.value_deserializer):
+            return records, None
+        done = deserialize(records, cfg.key_deserializer, cfg.value_deserializer)
+        return done.records, done
+
+    def _settle_poll(self, records: list[ConsumerRecord] | dict[TopicPartition, RecordColumns],
+                     followups: list[Followup], fed: bool,
+                     done: Deserialized | None) -> EosError | None:
+        """poll()'s last step, under the lock: act on what draining and deserializing found;
+        count the records delivered; the error to raise if there are none."""
+        error = self._settle(followups, fed)
+        if done is not None and done.error is not None:
+            self._rewind(done.rewind)
+            error = error or done.error
+        self._delivered += (len(records) if isinstance(records, list) else
+                            sum(len(c.offsets) for c in records.values()))
+        return error
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """``for record in consumer``: :meth:`records` with no idle timeout (ends on ``break``,

@@ -96,6 +96,8 @@ class TransactionalProducer:
             value, or one setting given twice with different values. Nothing was started.
     """
 
+    _reporter: StatsReporter | None  # stats_cb's thread (the sync front only)
+
     def __init__(
         self,
         bootstrap_servers: str | Sequence[str] | None = None,
@@ -154,7 +156,7 @@ class TransactionalProducer:
         self._closing = False  # close() is finishing: its waits end when no broker is reachable
         if not cfg.transactional:
             self._core.init(time.monotonic(), float("inf"))  # idempotent: a producer id now
-        self._reporter: StatsReporter | None = None  # started by __init__ (the sync front)
+        self._reporter = None  # started by __init__ (the sync front)
 
     # -- transactions ---------------------------------------------------------------------------
 

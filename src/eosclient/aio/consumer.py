@@ -29,6 +29,7 @@ from typing import Any
 from eosclient._args import timeout_of
 from eosclient._consumer import args
 from eosclient._consumer.partitions import ConsumerRecord
+from eosclient._core.records import Deserializer
 from eosclient._core.types import TopicPartition
 from eosclient._net.loop_driver import LoopDriver
 from eosclient.config import ConsumerConfig
@@ -43,6 +44,7 @@ from eosclient.errors import (
 )
 from eosclient.group import GroupCoordinator, step_callback
 from eosclient.group_metadata import ConsumerGroupMetadata
+from eosclient.stats import ClientStats
 
 __all__ = ["AsyncReadCommittedConsumer", "AsyncRebalanceCallback"]
 
@@ -74,6 +76,8 @@ class AsyncReadCommittedConsumer:
                  ssl_context: ssl.SSLContext | None = None,
                  sasl_mechanism: str | None = None, sasl_username: str | None = None,
                  sasl_password: str | None = None,
+                 key_deserializer: Deserializer | None = None,
+                 value_deserializer: Deserializer | None = None,
                  config: Mapping[str, object] | ConsumerConfig | None = None) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
         self.config = args.config_of(given, config)
@@ -138,8 +142,9 @@ class AsyncReadCommittedConsumer:
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """As :meth:`ReadCommittedConsumer.assign`."""
         self._driving()
-        self._buffered.clear()
-        self._sync.assign(partitions)
+        tps = args.partitions_of(partitions)
+        self._unbuffer(None)  # kept partitions deliver their buffered records again
+        self._sync.assign(tps)
 
     def subscribe(self, topics: Iterable[str], on_assign: AsyncRebalanceCallback | None = None,
                   on_revoke: AsyncRebalanceCallback | None = None,
@@ -175,6 +180,26 @@ class AsyncReadCommittedConsumer:
         self._sync.seek_to_end(tps)
         self._drop_buffered(None if tps is None else set(tps))
 
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """As :meth:`ReadCommittedConsumer.pause` (records fetched for ``async for`` and not
+        yet handed out are given back: they are delivered after :meth:`resume`)."""
+        tps = args.partitions_of(partitions)
+        self._unbuffer(set(tps))
+        self._sync.pause(tps)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        """As :meth:`ReadCommittedConsumer.resume`."""
+        self._sync.resume(partitions)
+
+    def paused(self) -> list[TopicPartition]:
+        """As :meth:`ReadCommittedConsumer.paused`."""
+        return self._sync.paused()
+
+    def stats(self) -> ClientStats:
+        """As :meth:`ReadCommittedConsumer.stats` (``stats_cb`` is not called by the asyncio
+        front yet: call this)."""
+        return self._sync.stats()
+
     def in_generation(self) -> bool:
         """As :meth:`ReadCommittedConsumer.in_generation`."""
         return self._sync.in_generation()
@@ -194,13 +219,15 @@ class AsyncReadCommittedConsumer:
         driver, sync = self._driving(), self._sync
         seconds = timeout_of(timeout, 0)
         limit = args.max_records_of(max_records, self.config.max_poll_records)
+        sync._check_polling()
         deadline = time.monotonic() + seconds
         while True:
             await self._rebalance()
             driver.pump()  # what the I/O thread did meanwhile in the sync consumer
             fed = sync._take_in()
             records, followups = sync._assignment.drain(limit)
-            error = sync._settle(followups, fed)
+            records, done = sync._deserialize(records)
+            error = sync._settle_poll(records, followups, fed, done)
             if records:
                 return records
             if error is not None:
@@ -319,6 +346,14 @@ class AsyncReadCommittedConsumer:
         for record in self._buffered:
             first.setdefault(TopicPartition(record.topic, record.partition), record.offset)
         return first
+
+    def _unbuffer(self, tps: set[TopicPartition] | None) -> None:
+        """Give back the records fetched for ``async for`` and not handed out (all if None):
+        each partition's position goes back to the first of them."""
+        for tp, offset in self._unbuffered().items():
+            if tps is None or tp in tps:
+                self._sync.seek(tp, offset)
+        self._drop_buffered(tps)
 
     def _drop_buffered(self, tps: set[TopicPartition] | None) -> None:
         self._buffered = collections.deque(

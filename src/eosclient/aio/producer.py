@@ -52,6 +52,7 @@ from eosclient.errors import (
 )
 from eosclient.group_metadata import ConsumerGroupMetadata
 from eosclient.producer import TransactionalProducer, _config
+from eosclient.stats import ClientStats
 
 __all__ = ["AsyncTransactionalProducer", "Delivery"]
 
@@ -254,7 +255,7 @@ class AsyncTransactionalProducer:
         ``max.block.ms``; a send cancelled then queued nothing.
 
         Raises:
-            The same as :meth:`TransactionalProducer.send`; nothing was queued.
+            EosError: as :meth:`TransactionalProducer.send`; nothing was queued.
         """
         sync = self._sync
         self._driving()
@@ -317,6 +318,11 @@ class AsyncTransactionalProducer:
                 await driver.changed(remaining)
         finally:
             sender.flushing -= 1
+
+    def stats(self) -> ClientStats:
+        """As :meth:`TransactionalProducer.stats` (``stats_cb`` is not called by the asyncio
+        front yet: call this)."""
+        return self._sync.stats()
 
     def __repr__(self) -> str:
         return "<Async" + repr(self._sync)[1:]
