@@ -13,7 +13,10 @@ from eosclient.aio import AsyncReadCommittedConsumer, AsyncTransactionalProducer
 PAIRS = [(TransactionalProducer, AsyncTransactionalProducer),
          (ReadCommittedConsumer, AsyncReadCommittedConsumer)]
 # Sync methods the asyncio twin has under another shape, or on purpose not at all.
-NOT_TWINNED = {"records"}  # `async for record in consumer` instead (no idle_timeout yet)
+NOT_TWINNED = {
+    "records",  # `async for record in consumer` instead (no idle_timeout yet)
+    "prepare_transaction",  # not in the asyncio front yet (the Spark writer's, sync)
+}
 
 
 @pytest.mark.parametrize(("sync", "aio"), PAIRS, ids=lambda c: c.__name__)

@@ -28,12 +28,19 @@ from typing import Any
 
 from eosclient._args import timeout_of
 from eosclient._consumer import args
-from eosclient._consumer.partitions import ConsumerRecord
+from eosclient._consumer.partitions import ConsumerRecord, Followup
 from eosclient._core.records import Deserializer
 from eosclient._core.types import TopicPartition
 from eosclient._net.loop_driver import LoopDriver
 from eosclient.config import ConsumerConfig
-from eosclient.consumer import ReadCommittedConsumer, TopicMetadata, _Mode, _still_rebalancing
+from eosclient.consumer import (
+    ReadCommittedConsumer,
+    RecordColumns,
+    TopicMetadata,
+    _Mode,
+    _Out,
+    _still_rebalancing,
+)
 from eosclient.errors import (
     AbortableError,
     EosError,
@@ -216,6 +223,15 @@ class AsyncReadCommittedConsumer:
         """As :meth:`ReadCommittedConsumer.poll`: committed records in offset order per
         partition, as soon as there are some, or [] after ``timeout``. Runs (awaits) the
         rebalance callbacks. Cancelled, it took nothing: no record is lost."""
+        return await self._poll(timeout, max_records, self._sync._assignment.drain, [])
+
+    async def poll_batch(self, timeout: float = 1.0, max_records: int | None = None,
+                         ) -> dict[TopicPartition, RecordColumns]:
+        """As :meth:`ReadCommittedConsumer.poll_batch`: :meth:`poll`'s records as columns."""
+        return await self._poll(timeout, max_records, self._sync._assignment.drain_columns, {})
+
+    async def _poll(self, timeout: float, max_records: int | None,
+                    drain: Callable[[int], tuple[_Out, list[Followup]]], empty: _Out) -> _Out:
         driver, sync = self._driving(), self._sync
         seconds = timeout_of(timeout, 0)
         limit = args.max_records_of(max_records, self.config.max_poll_records)
@@ -225,7 +241,7 @@ class AsyncReadCommittedConsumer:
             await self._rebalance()
             driver.pump()  # what the I/O thread did meanwhile in the sync consumer
             fed = sync._take_in()
-            records, followups = sync._assignment.drain(limit)
+            records, followups = drain(limit)
             records, done = sync._deserialize(records)
             error = sync._settle_poll(records, followups, fed, done)
             if records:
@@ -236,7 +252,7 @@ class AsyncReadCommittedConsumer:
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return records
+                return empty
             await driver.changed(remaining)
 
     async def getmany(self, timeout: float = 1.0, max_records: int | None = None,
