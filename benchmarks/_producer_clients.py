@@ -12,11 +12,14 @@ batches up to 1 MB, kafka-python 16 KB).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+import aiokafka
 import confluent_kafka
+import confluent_kafka.aio
 import kafka
 
 import eosclient
@@ -35,6 +38,7 @@ else:
 EOSCLIENT: Final = "eosclient"
 CONFLUENT: Final = "confluent-kafka"
 KAFKA_PYTHON: Final = "kafka-python"
+AIOKAFKA: Final = "aiokafka"
 
 _TIMEOUT: Final = 30.0
 _POLL_EVERY: Final = 1000  # confluent-kafka: serve delivery reports every so often, as advised
@@ -88,6 +92,7 @@ def versions() -> dict[str, str]:
         + (f" (no producer: {EOSCLIENT_IMPORT_ERROR})" if EOSCLIENT_MISSING else ""),
         CONFLUENT: f"{confluent_kafka.__version__} (librdkafka {confluent_kafka.libversion()[0]})",
         KAFKA_PYTHON: kafka.__version__,
+        AIOKAFKA: aiokafka.__version__,
     }
 
 
@@ -217,6 +222,134 @@ def _kafka_python(settings: Settings, txn_id: str) -> Session:
     return _KafkaPythonSession(settings, txn_id)
 
 
+# --- asyncio: eosclient.aio, aiokafka, confluent-kafka's AIOProducer ---------------------------
+#
+# Each session owns one event loop (asyncio.Runner) for its whole life; a timed transaction is one
+# runner.run() of a coroutine that begins, sends every value (awaiting each send, as an async
+# application does) and awaits the commit.
+
+
+class _AsyncSession:
+    """Runs an async producer's open / transaction / close on the session's own loop."""
+
+    def __init__(self, settings: Settings, txn_id: str) -> None:
+        self._runner = asyncio.Runner()
+        self._runner.run(self._open(settings, txn_id))
+
+    def transaction(self, topic: str, values: Sequence[bytes], partition: int | None) -> None:
+        self._runner.run(self._transaction(topic, values, partition))
+
+    def close(self) -> None:
+        try:
+            self._runner.run(self._close())
+        finally:
+            self._runner.close()
+
+    async def _open(self, settings: Settings, txn_id: str) -> None:
+        raise NotImplementedError
+
+    async def _transaction(self, topic: str, values: Sequence[bytes],
+                           partition: int | None) -> None:
+        raise NotImplementedError
+
+    async def _close(self) -> None:
+        raise NotImplementedError
+
+
+class _EosAioSession(_AsyncSession):
+    def __init__(self, settings: Settings, txn_id: str, *, batch: bool, preregister: bool) -> None:
+        self._batch, self._preregister = batch, preregister
+        super().__init__(settings, txn_id)
+
+    async def _open(self, settings: Settings, txn_id: str) -> None:
+        from eosclient.aio import AsyncTransactionalProducer  # noqa: PLC0415
+
+        self._producer = AsyncTransactionalProducer(
+            bootstrap_servers=settings.bootstrap_servers, transactional_id=txn_id,
+            config={"linger.ms": settings.linger_ms, **settings.security})
+        await self._producer.start()
+        await self._producer.init_transactions(timeout=_TIMEOUT)
+
+    async def _transaction(self, topic: str, values: Sequence[bytes],
+                           partition: int | None) -> None:
+        producer = self._producer
+        if self._preregister and partition is not None:
+            producer.begin_transaction(partitions=[TopicPartition(topic, partition)])
+        else:
+            producer.begin_transaction()
+        if self._batch:
+            await producer.send_batch(topic, values, partition=partition)
+        else:
+            send = producer.send
+            for value in values:
+                await send(topic, value, partition=partition)
+        await producer.commit_transaction(timeout=_TIMEOUT)
+
+    async def _close(self) -> None:
+        await self._producer.close(timeout=_TIMEOUT)
+
+
+def _eos_aio(*, batch: bool = False, preregister: bool = False) -> Opener:
+    def open_session(settings: Settings, txn_id: str) -> Session:
+        return _EosAioSession(settings, txn_id, batch=batch, preregister=preregister)
+
+    return open_session
+
+
+class _AiokafkaSession(_AsyncSession):
+    async def _open(self, settings: Settings, txn_id: str) -> None:
+        if settings.security:
+            raise RuntimeError("the aiokafka variant runs in plaintext only")
+        self._producer = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=settings.bootstrap_servers, transactional_id=txn_id,
+            linger_ms=settings.linger_ms, compression_type=None, enable_idempotence=True)
+        await self._producer.start()
+
+    async def _transaction(self, topic: str, values: Sequence[bytes],
+                           partition: int | None) -> None:
+        producer = self._producer
+        async with producer.transaction():
+            send = producer.send  # queues, returns a future of the delivery (not awaited)
+            for value in values:
+                await send(topic, value, partition=partition)
+
+    async def _close(self) -> None:
+        await self._producer.stop()
+
+
+def _aiokafka(settings: Settings, txn_id: str) -> Session:
+    return _AiokafkaSession(settings, txn_id)
+
+
+class _ConfluentAioSession(_AsyncSession):
+    async def _open(self, settings: Settings, txn_id: str) -> None:
+        self._producer = confluent_kafka.aio.AIOProducer({
+            "bootstrap.servers": settings.bootstrap_servers, "transactional.id": txn_id,
+            "linger.ms": settings.linger_ms, "compression.type": "none",
+            "log.connection.close": False, **settings.security})
+        await self._producer.init_transactions(_TIMEOUT)
+
+    async def _transaction(self, topic: str, values: Sequence[bytes],
+                           partition: int | None) -> None:
+        producer = self._producer
+        await producer.begin_transaction()
+        produce = producer.produce
+        if partition is None:
+            for value in values:
+                await produce(topic, value)
+        else:
+            for value in values:
+                await produce(topic, value, partition=partition)
+        await producer.commit_transaction(_TIMEOUT)
+
+    async def _close(self) -> None:
+        await self._producer.close()
+
+
+def _confluent_aio(settings: Settings, txn_id: str) -> Session:
+    return _ConfluentAioSession(settings, txn_id)
+
+
 # --- the variants, by scenario ------------------------------------------------------------------
 
 EOS_SEND = Variant("eos-send", EOSCLIENT, "eosclient send()", _eos())
@@ -231,5 +364,19 @@ CONFLUENT_PLAIN = Variant("ck", CONFLUENT, "confluent-kafka", _confluent())
 KAFKA_PYTHON_SEND = Variant("kp-send", KAFKA_PYTHON, "kafka-python send()", _kafka_python)
 KAFKA_PYTHON_PLAIN = Variant("kp", KAFKA_PYTHON, "kafka-python", _kafka_python)
 
+EOS_AIO_SEND = Variant("eos-aio-send", EOSCLIENT, "eosclient.aio send()", _eos_aio())
+EOS_AIO_BATCH = Variant("eos-aio-batch", EOSCLIENT, "eosclient.aio send_batch()",
+                        _eos_aio(batch=True))
+EOS_AIO_PLAIN = Variant("eos-aio", EOSCLIENT, "eosclient.aio", _eos_aio())
+AIOKAFKA_SEND = Variant("aiokafka-send", AIOKAFKA, "aiokafka send()", _aiokafka)
+AIOKAFKA_PLAIN = Variant("aiokafka", AIOKAFKA, "aiokafka", _aiokafka)
+CONFLUENT_AIO_PRODUCE = Variant("ck-aio-produce", CONFLUENT, "confluent-kafka AIOProducer",
+                                _confluent_aio)
+CONFLUENT_AIO_PLAIN = Variant("ck-aio", CONFLUENT, "confluent-kafka AIOProducer", _confluent_aio)
+
 BULK_VARIANTS: Final = (EOS_SEND, EOS_BATCH, CONFLUENT_PRODUCE, CONFLUENT_BATCH, KAFKA_PYTHON_SEND)
 SMALL_VARIANTS: Final = (EOS_PLAIN, EOS_PREREG, CONFLUENT_PLAIN, KAFKA_PYTHON_PLAIN)
+# --asyncio: the async producers beside the sync eosclient they must stay within 0.9x of.
+ASYNC_BULK_VARIANTS: Final = (EOS_SEND, EOS_AIO_SEND, EOS_AIO_BATCH, AIOKAFKA_SEND,
+                              CONFLUENT_AIO_PRODUCE)
+ASYNC_SMALL_VARIANTS: Final = (EOS_PLAIN, EOS_AIO_PLAIN, AIOKAFKA_PLAIN, CONFLUENT_AIO_PLAIN)

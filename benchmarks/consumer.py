@@ -10,7 +10,9 @@ transactional producer; every other transaction is aborted. Each client reads th
 read_committed from offset 0 with ``assign()`` (no group), 500 records per poll, until it holds
 every committed record; records/s = committed records / seconds from the first poll to the last
 record. The clients: eosclient ``poll()`` and ``poll_batch()`` (columns: the values taken as
-lists), confluent-kafka ``consume(500)``, kafka-python ``poll(max_records=500)``. Whether
+lists), confluent-kafka ``consume(500)``, kafka-python ``poll(max_records=500)``, and the asyncio
+readers: eosclient.aio ``await poll()`` and aiokafka ``await getmany(max_records=500)``, each on a
+fresh event loop. Whether
 eosclient's codec runs compiled or pure Python is printed (``EOSCLIENT_PURE_PYTHON=1`` forces
 pure). Afterwards (untimed) every client's records are checked: exactly the
 committed set, no aborted record, none twice. Runs are interleaved over ``--repeat``.
@@ -44,6 +46,7 @@ committed data and markers there; the difference between the clients is their ow
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import gc
 import importlib.metadata
@@ -58,11 +61,13 @@ from typing import Any, Final
 
 import _harness
 import _report as report
+import aiokafka
 import confluent_kafka as ck
 import kafka
 
 import eosclient
 from eosclient import ReadCommittedConsumer, TopicPartition
+from eosclient.aio import AsyncReadCommittedConsumer
 from eosclient.testing.brokers import RunningBroker, start_broker
 from eosclient.testing.topics import create_topic
 
@@ -162,10 +167,54 @@ def read_kafka_python(servers: str, topic: str, expected: int,
     return got, elapsed
 
 
+def read_eosclient_aio(servers: str, topic: str, expected: int,
+                       tls: _harness.Tls | None = None) -> tuple[list[bytes], float]:
+    async def read() -> tuple[list[bytes], float]:
+        consumer = AsyncReadCommittedConsumer(servers, config={
+            "auto.offset.reset": "earliest", **(tls.settings if tls else {})})
+        await consumer.start()
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        got: list[Any] = []
+        start = time.perf_counter()
+        while len(got) < expected:
+            got += [r.value for r in await consumer.poll(5.0, max_records=POLL_RECORDS)]
+        elapsed = time.perf_counter() - start
+        await consumer.close()
+        return got, elapsed
+
+    return asyncio.run(read())
+
+
+def read_aiokafka(servers: str, topic: str, expected: int,
+                  tls: _harness.Tls | None = None) -> tuple[list[bytes], float]:
+    if tls is not None:
+        raise RuntimeError("the aiokafka reader runs in plaintext only")
+
+    async def read() -> tuple[list[bytes], float]:
+        consumer = aiokafka.AIOKafkaConsumer(
+            bootstrap_servers=servers, isolation_level="read_committed",
+            enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        consumer.assign([aiokafka.TopicPartition(topic, p) for p in range(PARTITIONS)])
+        got: list[Any] = []
+        start = time.perf_counter()
+        while len(got) < expected:
+            batches = await consumer.getmany(timeout_ms=5000, max_records=POLL_RECORDS)
+            for batch in batches.values():
+                got += [r.value for r in batch]
+        elapsed = time.perf_counter() - start
+        await consumer.stop()
+        return got, elapsed
+
+    return asyncio.run(read())
+
+
 READERS: Final = (("eos", "eosclient", "eosclient poll()", read_eosclient),
                   ("eosb", "eosclient", "eosclient poll_batch()", read_eosclient_batch),
                   ("ck", "confluent-kafka", "confluent-kafka consume(500)", read_confluent),
-                  ("kp", "kafka-python", "kafka-python poll(max_records=500)", read_kafka_python))
+                  ("kp", "kafka-python", "kafka-python poll(max_records=500)", read_kafka_python),
+                  ("eos-aio", "eosclient", "eosclient.aio poll()", read_eosclient_aio),
+                  ("aiokafka", "aiokafka", "aiokafka getmany(max_records=500)", read_aiokafka))
 
 
 def check(values: list[bytes], expected: int) -> str | None:
@@ -326,7 +375,7 @@ def render(results: dict[str, Any], ratios: list[report.Ratio], args: argparse.N
     versions = {"eosclient": eosclient.__version__
                 + (" (compiled codec)" if eosclient.accelerated else " (pure-Python codec)"),
                 "confluent-kafka": importlib.metadata.version("confluent-kafka"),
-                "kafka-python": kafka.__version__,
+                "kafka-python": kafka.__version__, "aiokafka": aiokafka.__version__,
                 "noida-db": importlib.metadata.version("noida-db")}
     lines = ["", "versions: " + "; ".join(f"{k} {v}" for k, v in versions.items()),
              f"settings: {args.transactions} transactions x {args.records} records (half "
@@ -374,7 +423,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run(args)
     specs = [report.RatioSpec("throughput", "eos", "ck", 1.0),
              report.RatioSpec("throughput", "eosb", "ck", 3.0),
-             report.RatioSpec("throughput", "eos", "kp")]
+             report.RatioSpec("throughput", "eos", "kp"),
+             report.RatioSpec("throughput", "eos-aio", "aiokafka", 2.0),
+             report.RatioSpec("throughput", "eos-aio", "eos", 0.9,
+                              note="(async / sync eosclient)")]
     ratios = report.compute_ratios(results["outcomes"], specs, {})
     print(render(results, ratios, args))
     print(f"(whole run: {time.monotonic() - started:.0f} s)")

@@ -154,9 +154,20 @@ def rtt_key(kind: str) -> str:
     return f"rtt-{kind}"
 
 
-def ratio_specs() -> list[report.RatioSpec]:
-    """The issue's targets (issue 3, "Benchmark"), and a few comparisons without one."""
+def ratio_specs(asyncio: bool = False) -> list[report.RatioSpec]:
+    """The issue's targets (issue 3, "Benchmark"; issue 13 with --asyncio), and a few
+    comparisons without one."""
     spec = report.RatioSpec
+    if asyncio:
+        return [
+            spec("bulk", "eos-aio-send", "aiokafka-send", 2.0),
+            spec("bulk", "eos-aio-send", "eos-send", 0.9, note="(async / sync eosclient)"),
+            spec("bulk", "eos-aio-send", "ck-aio-produce"),
+            spec("bulk", "eos-aio-batch", "aiokafka-send"),
+            spec("small", "eos-aio", "aiokafka", 2.0),
+            spec("small", "eos-aio", "eos-plain", 0.9, note="(async / sync eosclient)"),
+            spec("small", "eos-aio", "ck-aio"),
+        ]
     return [
         spec("bulk", "eos-send", "ck-produce", 0.5),
         spec("bulk", "eos-send", "kp-send", 10.0),
@@ -197,12 +208,14 @@ def rtt_ratio_specs(kind: str) -> list[report.RatioSpec]:
 
 def scenarios(args: argparse.Namespace) -> list[Scenario]:
     """The scenarios selected on the command line, sized by it."""
+    bulk, small = ((clients.ASYNC_BULK_VARIANTS, clients.ASYNC_SMALL_VARIANTS) if args.asyncio
+                   else (clients.BULK_VARIANTS, clients.SMALL_VARIANTS))
     every = [
-        Scenario("bulk", clients.BULK_VARIANTS, args.records, args.bulk_transactions,
+        Scenario("bulk", bulk, args.records, args.bulk_transactions,
                  report.THROUGHPUT, "records/s", CLIENT_PARTITIONER, via_proxy=False),
-        Scenario("small", clients.SMALL_VARIANTS, 1, args.small_transactions,
+        Scenario("small", small, 1, args.small_transactions,
                  report.THROUGHPUT, "transactions/s", ROUND_ROBIN, via_proxy=False),
-        Scenario("latency", clients.SMALL_VARIANTS, 1, args.latency_transactions,
+        Scenario("latency", small, 1, args.latency_transactions,
                  report.LATENCY, "per transaction", ROUND_ROBIN, via_proxy=True),
     ]
     chosen = [s for s in every if s.key in args.scenario]
@@ -371,7 +384,7 @@ def settings_of(args: argparse.Namespace) -> dict[str, Any]:
     """The sizes and settings of this run."""
     names = ("records", "bulk_transactions", "small_transactions", "latency_transactions",
              "rtt_transactions", "repeat", "linger_ms", "proxy_latency_ms", "rtt_ms",
-             "rtt_broker", "scenario", "tls")
+             "rtt_broker", "scenario", "tls", "asyncio")
     return {name: getattr(args, name) for name in names} | {
         "partitions": PARTITIONS, "value_bytes": VALUE_SIZE, "broker": "noida-db"}
 
@@ -427,6 +440,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--tls", action="store_true",
                         help="bulk and small through a TLS front, every client with the same "
                         "TLS settings (needs the test extra)")
+    parser.add_argument("--asyncio", action="store_true",
+                        help="the asyncio producers (eosclient.aio, aiokafka, confluent-kafka's "
+                        "AIOProducer) beside the sync eosclient")
     parser.add_argument("--quick", action="store_true", help="a small run (~30 s)")
     parser.add_argument("--json", type=Path, help="also write the results here as JSON")
     args = parser.parse_args(argv)
@@ -452,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rtts = {report.RTT: rtt, report.MEASURED_RTT: results["round_trips"]["proxy_ms"] / 1e3}
     for key, (nominal, measured) in results["rtt_fronts"].items():
         rtts |= {report.rtt_of(key): nominal, report.measured_rtt_of(key): measured}
-    ratios = report.compute_ratios(results["outcomes"], ratio_specs(), rtts)
+    ratios = report.compute_ratios(results["outcomes"], ratio_specs(args.asyncio), rtts)
     print(render(env, settings, results, ratios, rtts))
     print(f"(whole run: {time.monotonic() - started:.0f} s)")
     if args.json:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple, TypeVar
 
 from eosclient._consumer import args
-from eosclient._consumer.deserialize import deserialize
+from eosclient._consumer.deserialize import Deserialized, deserialize
 from eosclient._consumer.fetcher import Fetcher
 from eosclient._consumer.lookups import Ends
 from eosclient._consumer.loop import IoLoop, serialized
@@ -129,6 +129,8 @@ class ReadCommittedConsumer:
             value, or one setting given twice with different values. Nothing was started.
     """
 
+    _reporter: StatsReporter | None  # stats_cb's thread (the sync front only)
+
     def __init__(self, bootstrap_servers: str | Sequence[str] | None = None, *,
                  group_id: str | None = None, group_instance_id: str | None = None,
                  isolation_level: str | None = None,
@@ -141,7 +143,25 @@ class ReadCommittedConsumer:
                  value_deserializer: Deserializer | None = None,
                  config: Mapping[str, object] | ConsumerConfig | None = None) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
-        self.config = cfg = args.config_of(given, config)
+        self._setup(args.config_of(given, config))
+        self._loop.start()
+        self._finalizer = weakref.finalize(self, self._loop.stop)  # never closed: stop the thread
+        cfg = self.config
+        if cfg.stats_cb is not None:
+            self._reporter = StatsReporter(cfg.statistics_interval_ms / 1000, self.stats,
+                                           cfg.stats_cb, f"eosclient-stats-{cfg.client_id}")
+
+    @classmethod
+    def _unstarted(cls, config: ConsumerConfig) -> ReadCommittedConsumer:
+        """A consumer whose I/O thread is never started: the asyncio front
+        (:mod:`eosclient.aio`) runs its loop's turns from an event loop instead."""
+        self = cls.__new__(cls)
+        self._setup(config)
+        self._finalizer = weakref.finalize(self, self._loop.stop)
+        return self
+
+    def _setup(self, config: ConsumerConfig) -> None:
+        self.config = cfg = config
         client = NetworkClient(cfg, auto_create_topics=False)
         self._loop = loop = IoLoop(client, f"eosclient-consumer-{cfg.client_id}")
         self._lock, self._changed, self._metadata = loop.lock, loop.changed, client.metadata
@@ -163,11 +183,7 @@ class ReadCommittedConsumer:
         self._closed = False
         self._app_lock = threading.RLock()  # serializes the application's calls (see above)
         self._delivered = 0  # records poll() returned (stats())
-        loop.start()
-        self._finalizer = weakref.finalize(self, loop.stop)  # never closed: stop the thread
-        self._reporter = None if cfg.stats_cb is None else StatsReporter(
-            cfg.statistics_interval_ms / 1000, self.stats, cfg.stats_cb,
-            f"eosclient-stats-{cfg.client_id}")
+        self._reporter = None  # started by __init__ (the sync front)
 
     # -- partitions -----------------------------------------------------------------------------
 
@@ -310,9 +326,7 @@ class ReadCommittedConsumer:
               drain: Callable[[int], tuple[_Out, list[Followup]]], empty: _Out) -> _Out:
         seconds = args.timeout_of(timeout, 0)
         limit = args.max_records_of(max_records, self.config.max_poll_records)
-        if self._mode is _Mode.UNSET and not self._closed:
-            raise IllegalStateError("poll() before assign() or subscribe(): there is nothing "
-                                    "to fetch, so it could only wait")
+        self._check_polling()
         deadline = time.monotonic() + seconds
         with self._app_lock:
             while True:
@@ -320,20 +334,10 @@ class ReadCommittedConsumer:
                 with self._lock:
                     fed = self._take_in()
                 records, followups = drain(limit)  # decoding: no lock held
-                cfg = self.config
-                done = None  # the application's deserializers: on its thread, no lock held
-                if isinstance(records, list) and records and (cfg.key_deserializer
-                                                              or cfg.value_deserializer):
-                    done = deserialize(records, cfg.key_deserializer, cfg.value_deserializer)
-                    records = done.records
+                records, done = self._deserialize(records)
                 with self._lock:
-                    error = self._settle(followups, fed)
-                    if done is not None and done.error is not None:
-                        self._rewind(done.rewind)
-                        error = error or done.error
+                    error = self._settle_poll(records, followups, fed, done)
                     if records:
-                        self._delivered += (len(records) if isinstance(records, list) else
-                                            sum(len(c.offsets) for c in records.values()))
                         return records
                     if error is not None:
                         raise error.with_traceback(None)
@@ -343,6 +347,36 @@ class ReadCommittedConsumer:
                     if remaining <= 0:
                         return empty
                     self._changed.wait(remaining)
+
+    # poll()'s steps, shared with the asyncio front (eosclient.aio), which waits otherwise.
+
+    def _check_polling(self) -> None:
+        if self._mode is _Mode.UNSET and not self._closed:
+            raise IllegalStateError("poll() before assign() or subscribe(): there is nothing "
+                                    "to fetch, so it could only wait")
+
+    def _deserialize(self, records: _Out) -> tuple[_Out, Deserialized | None]:
+        """The application's deserializers (on poll()'s records, not poll_batch()'s columns):
+        on its thread, no lock held."""
+        cfg = self.config
+        if not isinstance(records, list) or not records or not (cfg.key_deserializer
+                                                                or cfg.value_deserializer):
+            return records, None
+        done = deserialize(records, cfg.key_deserializer, cfg.value_deserializer)
+        return done.records, done
+
+    def _settle_poll(self, records: list[ConsumerRecord] | dict[TopicPartition, RecordColumns],
+                     followups: list[Followup], fed: bool,
+                     done: Deserialized | None) -> EosError | None:
+        """poll()'s last step, under the lock: act on what draining and deserializing found;
+        count the records delivered; the error to raise if there are none."""
+        error = self._settle(followups, fed)
+        if done is not None and done.error is not None:
+            self._rewind(done.rewind)
+            error = error or done.error
+        self._delivered += (len(records) if isinstance(records, list) else
+                            sum(len(c.offsets) for c in records.values()))
+        return error
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """``for record in consumer``: :meth:`records` with no idle timeout (ends on ``break``,
@@ -528,38 +562,69 @@ class ReadCommittedConsumer:
         with self._lock:
             self._check_open()
             if checked is None:
-                checked = {tp: s.position for tp, s in self._assignment.states.items()
-                           if s.position is not None}
+                checked = self._positions()
             if not checked:
                 return
-            grouped = self._mode is _Mode.SUBSCRIBE
-            if grouped and group.in_callback and not group.membership.has_generation():
-                raise _commit_failed(sorted(checked), kept=False)  # on_revoke: too late
-            if not grouped or group.membership.has_generation():
+            if self._commit_now(group, checked):
                 try:
                     group.wait_for(group.commit(checked), self._loop, deadline, "commit()",
                                    self._check_open)
                     return
                 except (AbortableError, RetriableError) as exc:
-                    # 22 ILLEGAL_GENERATION, 25 UNKNOWN_MEMBER_ID, 27 REBALANCE_IN_PROGRESS:
-                    # the group moved on; anything else (or a commit from inside on_revoke,
-                    # which cannot rebalance again) is the caller's
-                    if not grouped or exc.code not in MOVED_ON or group.in_callback:
+                    if not self._moved_on(group, exc):
                         raise
         self._finish_rebalance(deadline)
         with self._lock:
             self._check_open()
-            kept = {tp: offset for tp, offset in checked.items()
-                    if tp in self._assignment.states}
+            kept = self._still_owned(checked)
             if kept:
                 group.wait_for(group.commit(kept), self._loop, deadline, "commit()",
                                self._check_open)
-                for tp, offset in kept.items():
-                    state = self._assignment.states.get(tp)
-                    if state is not None and (state.position or 0) < offset:
-                        state.seek(offset)  # processed already: not delivered again
-                self._loop.wake()
-        lost = sorted(set(checked) - set(kept))
+                self._skip_committed(kept)
+        self._raise_lost(checked, kept)
+
+    # commit()'s decisions, shared with the asyncio front (eosclient.aio), which waits otherwise.
+
+    def _positions(self) -> dict[TopicPartition, int]:
+        """commit()'s default offsets: every assigned partition's position."""
+        return {tp: s.position for tp, s in self._assignment.states.items()
+                if s.position is not None}
+
+    def _commit_now(self, group: GroupCoordinator, offsets: Mapping[TopicPartition, int],
+                    ) -> bool:
+        """Whether commit() tries under the current generation first (else it finishes the
+        rebalance first).
+
+        Raises:
+            CommitFailedError: inside ``on_revoke`` after the generation was lost: too late.
+        """
+        grouped = self._mode is _Mode.SUBSCRIBE
+        if grouped and group.in_callback and not group.membership.has_generation():
+            raise _commit_failed(sorted(offsets), kept=False)  # on_revoke: too late
+        return not grouped or group.membership.has_generation()
+
+    def _moved_on(self, group: GroupCoordinator, exc: EosError) -> bool:
+        """Whether a commit that failed with ``exc`` is retried after finishing the rebalance:
+        22 ILLEGAL_GENERATION, 25 UNKNOWN_MEMBER_ID, 27 REBALANCE_IN_PROGRESS mean the group
+        moved on; anything else (or a commit from inside on_revoke, which cannot rebalance
+        again) is the caller's."""
+        return self._mode is _Mode.SUBSCRIBE and exc.code in MOVED_ON and not group.in_callback
+
+    def _still_owned(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        return {tp: offset for tp, offset in offsets.items() if tp in self._assignment.states}
+
+    def _skip_committed(self, kept: Mapping[TopicPartition, int]) -> None:
+        """After the rebalance's commit: the committed records are not delivered again."""
+        for tp, offset in kept.items():
+            state = self._assignment.states.get(tp)
+            if state is not None and (state.position or 0) < offset:
+                state.seek(offset)  # processed already: not delivered again
+        self._loop.wake()
+
+    @staticmethod
+    def _raise_lost(offsets: Mapping[TopicPartition, int],
+                    kept: Mapping[TopicPartition, int]) -> None:
+        lost = sorted(set(offsets) - set(kept))
         if lost:
             raise _commit_failed(lost, kept=bool(kept))
 
@@ -576,21 +641,26 @@ class ReadCommittedConsumer:
         while True:
             self._rebalance()
             with self._lock:
-                self._check_open()
-                group.membership.polled(time.monotonic())
-                if group.membership.error is not None:
-                    raise group.membership.error.with_traceback(None)
-                if group.membership.state is State.STABLE:
+                if self._rebalanced(group):
                     return
                 if self._rebalance_due():
                     continue
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise KafkaTimeoutError(
-                        f"commit(): group {group.group_id!r} still rebalancing "
-                        f"({group.membership.state.name}) when the timeout passed",
-                        api=ApiKey.OFFSET_COMMIT)
+                    raise _still_rebalancing(group)
                 self._changed.wait(remaining)
+
+    def _rebalanced(self, group: GroupCoordinator) -> bool:
+        """Whether the member is STABLE again (under the lock).
+
+        Raises:
+            FencedError, FatalError: the membership failed.
+        """
+        self._check_open()
+        group.membership.polled(time.monotonic())
+        if group.membership.error is not None:
+            raise group.membership.error.with_traceback(None)
+        return group.membership.state is State.STABLE
 
     def in_generation(self) -> bool:
         """Whether this member holds its group generation now: subscribed, joined, and neither
@@ -784,6 +854,12 @@ class ReadCommittedConsumer:
         with self._lock:
             self._check_open()
             return self._fetcher.ends(tp, self._loop, deadline, self._check_open)
+
+
+def _still_rebalancing(group: GroupCoordinator) -> KafkaTimeoutError:
+    return KafkaTimeoutError(f"commit(): group {group.group_id!r} still rebalancing "
+                             f"({group.membership.state.name}) when the timeout passed",
+                             api=ApiKey.OFFSET_COMMIT)
 
 
 def _commit_failed(lost: list[TopicPartition], *, kept: bool) -> CommitFailedError:

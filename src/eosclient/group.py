@@ -45,7 +45,7 @@ from eosclient._net.client import Answer, NetworkClient
 from eosclient.config import ConsumerConfig
 from eosclient.errors import KafkaConnectionError, KafkaTimeoutError, ResponseTooLargeError
 
-__all__ = ["GroupCoordinator", "RebalanceCallback", "RebalanceStep"]
+__all__ = ["GroupCoordinator", "RebalanceCallback", "RebalanceStep", "step_callback"]
 
 RebalanceCallback = Callable[[list[TopicPartition]], object]
 """``on_assign(partitions)`` / ``on_revoke(partitions)`` / ``on_lost(partitions)``, called on the
@@ -67,6 +67,16 @@ class RebalanceStep(NamedTuple):
     revoking: bool
     partitions: list[TopicPartition]
     lost: bool = False
+
+
+def step_callback(step: RebalanceStep, on_assign: RebalanceCallback | None,
+                  on_revoke: RebalanceCallback | None,
+                  on_lost: RebalanceCallback | None) -> RebalanceCallback | None:
+    """The callback ``step`` runs, if any: ``on_lost`` (else ``on_revoke``) for partitions lost
+    with the generation, ``on_revoke`` for revoked ones (not for none), ``on_assign`` always."""
+    if step.revoking and not step.partitions:
+        return None
+    return (on_lost or on_revoke) if step.lost else on_revoke if step.revoking else on_assign
 
 
 class GroupCoordinator:
@@ -138,22 +148,35 @@ class GroupCoordinator:
         Raises:
             Whatever the callback raised, once the step is done (partitions revoked anyway).
         """
-        with loop.lock:
-            if not self.rebalance_due:
-                return
-            step = self.rebalance(assignment, time.monotonic())
-            self.in_callback = True
-        callback = (on_lost or on_revoke) if step.lost else \
-            on_revoke if step.revoking else on_assign
+        step = self.start_step(loop, assignment)
+        if step is None:
+            return
         try:
-            if callback is not None and (step.partitions or not step.revoking):
+            callback = step_callback(step, on_assign, on_revoke, on_lost)
+            if callback is not None:
                 callback(step.partitions)
         finally:
-            with loop.lock:
-                self.in_callback = False
-                if step.revoking:
-                    self.revoked(assignment, time.monotonic())
-                loop.wake()
+            self.finish_step(loop, assignment, step)
+
+    def start_step(self, loop: IoLoop, assignment: Assignment) -> RebalanceStep | None:
+        """The first half of :meth:`run_rebalance` (takes the lock): the step whose callback
+        the application's thread (or the asyncio front's task) runs next; None if none is due.
+        :meth:`finish_step` must follow, whatever the callback did."""
+        with loop.lock:
+            if not self.rebalance_due:
+                return None
+            step = self.rebalance(assignment, time.monotonic())
+            self.in_callback = True
+            return step
+
+    def finish_step(self, loop: IoLoop, assignment: Assignment, step: RebalanceStep) -> None:
+        """The second half of :meth:`run_rebalance` (takes the lock): revoked partitions are
+        dropped and the member joins again."""
+        with loop.lock:
+            self.in_callback = False
+            if step.revoking:
+                self.revoked(assignment, time.monotonic())
+            loop.wake()
 
     def rebalance(self, assignment: Assignment, now: float) -> RebalanceStep:
         """The step to run: the partitions to revoke (still assigned, so that ``on_revoke``
@@ -195,8 +218,12 @@ class GroupCoordinator:
         """Leave the group; wait (under the lock) until LeaveGroup is answered or ``deadline``."""
         self.membership.leave(time.monotonic())
         with contextlib.suppress(KafkaTimeoutError, ResponseTooLargeError):  # closing closes
-            loop.wait_until(lambda: not (self.leaving or self.membership.pending), deadline,
-                            "LeaveGroup", loop.check_alive)
+            loop.wait_until(lambda: self.left, deadline, "LeaveGroup", loop.check_alive)
+
+    @property
+    def left(self) -> bool:
+        """Whether a LeaveGroup asked for is answered (or was never needed)."""
+        return not (self.leaving or self.membership.pending)
 
     def forget(self, job: OffsetJob) -> None:
         """The application stopped waiting for ``job``."""

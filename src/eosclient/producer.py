@@ -96,6 +96,8 @@ class TransactionalProducer:
             value, or one setting given twice with different values. Nothing was started.
     """
 
+    _reporter: StatsReporter | None  # stats_cb's thread (the sync front only)
+
     def __init__(
         self,
         bootstrap_servers: str | Sequence[str] | None = None,
@@ -120,8 +122,25 @@ class TransactionalProducer:
         config: Mapping[str, object] | ProducerConfig | None = None,
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
-        self.config = _config(given, config)
+        self._setup(_config(given, config))
+        self._sender.start()
+        self._finalizer = weakref.finalize(self, self._sender.stop)
         cfg = self.config
+        if cfg.stats_cb is not None:
+            self._reporter = StatsReporter(cfg.statistics_interval_ms / 1000, self.stats,
+                                           cfg.stats_cb, f"eosclient-stats-{cfg.client_id}")
+
+    @classmethod
+    def _unstarted(cls, config: ProducerConfig) -> TransactionalProducer:
+        """A producer whose I/O thread is never started: the asyncio front
+        (:mod:`eosclient.aio`) runs its turns from an event loop instead."""
+        self = cls.__new__(cls)
+        self._setup(config)
+        self._finalizer = weakref.finalize(self, self._sender.stop)
+        return self
+
+    def _setup(self, config: ProducerConfig) -> None:
+        self.config = cfg = config
         self._checker = RecordChecker(key_serializer=cfg.key_serializer,
                                       value_serializer=cfg.value_serializer,
                                       max_request_size=cfg.max_request_size)
@@ -137,11 +156,7 @@ class TransactionalProducer:
         self._closing = False  # close() is finishing: its waits end when no broker is reachable
         if not cfg.transactional:
             self._core.init(time.monotonic(), float("inf"))  # idempotent: a producer id now
-        sender.start()
-        self._finalizer = weakref.finalize(self, sender.stop)
-        self._reporter = None if cfg.stats_cb is None else StatsReporter(
-            cfg.statistics_interval_ms / 1000, self.stats, cfg.stats_cb,
-            f"eosclient-stats-{cfg.client_id}")
+        self._reporter = None  # started by __init__ (the sync front)
 
     # -- transactions ---------------------------------------------------------------------------
 

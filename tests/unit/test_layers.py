@@ -30,6 +30,9 @@ FORBIDDEN: dict[str, tuple[set[str], set[str]]] = {
                set()),
     # The shell commands use the public clients, never the testing kit (brokers are cli.py's).
     "_cli": ({"eosclient.testing", "eosclient._demo"}, set()),
+    # The asyncio front waits on the event loop only: no thread of its own, no blocking call.
+    "aio": ({"eosclient.testing", "eosclient.spark", "eosclient.cli", "eosclient.processor"},
+            {"threading", "selectors", "socket"}),
     # The Spark sink sits on the public clients; nothing below it may import it (or pyspark).
     "spark": ({"eosclient.testing", "eosclient.cli", "eosclient.processor"}, set()),
 }

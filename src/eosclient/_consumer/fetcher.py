@@ -146,20 +146,26 @@ class Fetcher:
         """
         self._metadata.want((tp.topic,))
         query = self.query([tp], want_end=True)
-
-        def checked() -> None:
-            check()
-            error = missing([tp], self._metadata)
-            if error is not None:
-                raise error
-
         try:
-            loop.wait_until(lambda: query.done, deadline, f"the end offsets of {tp}", checked)
+            loop.wait_until(lambda: query.done, deadline, f"the end offsets of {tp}",
+                            lambda: self.check_ends(tp, check))
         finally:
             self.queries.remove(query)
         if query.error is not None:
             raise query.error
         return query.results[tp]
+
+    def check_ends(self, tp: TopicPartition, check: Callable[[], None]) -> None:
+        """What ends a wait for ``tp``'s end offsets early: ``check()``, or the metadata
+        saying the topic or partition is missing.
+
+        Raises:
+            EosError: either of them.
+        """
+        check()
+        error = missing([tp], self._metadata)
+        if error is not None:
+            raise error
 
     def step(self, now: float) -> float:
         """Send what is due; return when to be called again at the latest."""

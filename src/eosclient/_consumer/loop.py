@@ -122,23 +122,21 @@ class IoLoop(IoThread):
         if self.crashed is not None:
             raise stopped_error(self.crashed, "consumer")
 
-    def _run(self) -> None:
-        answers: list[Answer] = []
-        try:
-            while True:
-                with self.lock:
-                    timeout = self._iterate(answers)
-                    self.changed.notify_all()
-                if timeout is None:
-                    return
-                answers = self.client.poll(timeout)
-        except BaseException as exc:  # a bug: make every caller see it rather than hang
-            if exc is not self.client.fatal:  # that one the network client logged
-                log.exception("the consumer's I/O thread crashed")
-            with self.lock:
-                self.crashed = exc
-                self.client.close()
-                self.changed.notify_all()
+    def turn(self, answers: list[Answer]) -> float | None:
+        """Step 2 of the loop (the module docstring); the next wait, None to exit."""
+        with self.lock:
+            timeout = self._iterate(answers)
+            self.changed.notify_all()
+        return timeout
+
+    def crash(self, exc: BaseException) -> None:
+        """Make every caller see the crash rather than hang."""
+        if exc is not self.client.fatal:  # that one the network client logged
+            log.exception("the consumer's I/O thread crashed", exc_info=exc)
+        with self.lock:
+            self.crashed = exc
+            self.client.close()
+            self.changed.notify_all()
 
     def _iterate(self, answers: list[Answer]) -> float | None:
         """Dispatch answers and step the drivers; the next wait in seconds, None to exit."""

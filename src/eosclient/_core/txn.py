@@ -464,6 +464,22 @@ class TransactionCore(TxnEngine):
         self._call(Input.CALL_ABORT, "abort_transaction()", now)
         return self._wait(Input.CALL_ABORT, deadline)
 
+    def abandon(self, completion: Completion) -> None:
+        """The caller stopped waiting for ``completion`` before its deadline (an asyncio task
+        was cancelled): treat it as timed out now, so the same call made again resumes the
+        work, or returns its success if that came meanwhile, exactly as after a timeout.
+
+        A completion already done with a success nobody saw is kept for the next call the same
+        way; one done with an error needs nothing (the error state raises it again).
+        """
+        if completion.done:
+            if completion.error is None:
+                self._unclaimed = completion.call
+            return
+        completion._finish(self._timeout(completion.call))
+        self._timed_out.add(completion.call)
+        self._waiters = [w for w in self._waiters if not w.done]
+
     def close(self) -> None:
         """CALL_CLOSE: stop; pending calls fail, unsent batches are failed. Idempotent."""
         self._unclaimed = None

@@ -155,6 +155,11 @@ class NetworkClient:
 
     # -- the owner's thread ----------------------------------------------------------------------
 
+    def selector_fileno(self) -> int:
+        """The selector's own descriptor: readable when :meth:`poll` has something to do (an
+        event loop watches it instead of a thread waiting in :meth:`poll`)."""
+        return self._selector.fileno()
+
     def add_node(self, node_id: int, host: str, port: int) -> None:
         """Know ``node_id``'s address (a coordinator that FindCoordinator named)."""
         self._nodes[node_id] = (host, port)

@@ -2,7 +2,10 @@
 
 One thread owns a :class:`~eosclient._net.client.NetworkClient`; application threads share state
 with it under :attr:`IoThread.lock` and wake it through the client's socketpair. Subclasses write
-the loop (:meth:`IoThread._run`); this class only starts, wakes, stops and joins it.
+one turn of the loop (:meth:`IoThread.turn`: dispatch answers, step the core, notify waiters) and
+what a crash does (:meth:`IoThread.crash`); this class starts, wakes, stops and joins the thread
+that runs turn, poll, turn, ... The asyncio front runs the same turns from an event loop instead
+(:mod:`eosclient._net.loop_driver`): one core, two ways of waiting for I/O.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import copy
 import threading
 
-from eosclient._net.client import NetworkClient
+from eosclient._net.client import Answer, NetworkClient
 from eosclient.errors import (
     AuthenticationError,
     EosError,
@@ -79,7 +82,7 @@ class IoThread:
         self.crashed: BaseException | None = None
         self.sleeping = False  # the thread is (about to be) waiting in poll
         self._stopping = False
-        self._thread = _Runner(target=self._run, daemon=True, name=name)
+        self._thread: threading.Thread = _Runner(target=self._run, daemon=True, name=name)
 
     def start(self) -> None:
         """Start the thread."""
@@ -110,8 +113,29 @@ class IoThread:
         return not self._thread.is_alive()
 
     def in_io_thread(self) -> bool:
-        """Whether the caller is the I/O thread (e.g. a callback it runs)."""
+        """Whether the caller is the I/O thread (e.g. a callback it runs), or the event loop's
+        thread when an event loop drives the turns instead (:meth:`driven_by`)."""
         return threading.current_thread() is self._thread
 
-    def _run(self) -> None:
+    def driven_by(self, thread: threading.Thread) -> None:
+        """Let ``thread`` (an event loop's) run the turns instead of a thread of this object's
+        own, which is then never started; blocking waits on that thread are refused as on the
+        I/O thread (:meth:`in_io_thread`)."""
+        self._thread = thread
+
+    def turn(self, answers: list[Answer]) -> float | None:
+        """One turn of the loop: hand ``answers`` to their handlers, step, notify the waiting
+        calls; return how long the next I/O wait may last, or None once stopped."""
         raise NotImplementedError
+
+    def crash(self, exc: BaseException) -> None:
+        """A turn raised ``exc`` (a bug): fail everything so that no caller hangs."""
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        answers: list[Answer] = []
+        try:
+            while (timeout := self.turn(answers)) is not None:
+                answers = self.client.poll(timeout)
+        except BaseException as exc:  # a bug: make every caller see it rather than hang
+            self.crash(exc)

@@ -143,25 +143,17 @@ class Sender(IoThread):
 
     # -- the I/O thread ------------------------------------------------------------------------
 
-    def _run(self) -> None:
-        answers: list[Answer] = []
-        try:
-            while True:
-                with self.lock:
-                    timeout = self._iterate(answers)
-                    outcomes, settled = self.acc.take_settled(), self._take_settled()
-                    self.changed.notify_all()
-                if timeout is not None:  # (closing: the client is closed, nothing was drained)
-                    self._lane.send_outbox()
-                publish(outcomes)
-                _resolve(settled)
-                if timeout is None:
-                    return
-                answers = self.client.poll(timeout)
-        except BaseException as exc:  # a bug: fail everything rather than hang the callers
-            if exc is not self.client.fatal:  # that one the network client logged
-                log.exception("the producer's I/O thread crashed")
-            self._crash(exc)
+    def turn(self, answers: list[Answer]) -> float | None:
+        """Steps 2 and 3 of the loop (the module docstring); the next wait, None to exit."""
+        with self.lock:
+            timeout = self._iterate(answers)
+            outcomes, settled = self.acc.take_settled(), self._take_settled()
+            self.changed.notify_all()
+        if timeout is not None:  # (closing: the client is closed, nothing was drained)
+            self._lane.send_outbox()
+        publish(outcomes)
+        _resolve(settled)
+        return timeout
 
     def _iterate(self, answers: list[Answer]) -> float | None:
         """Dispatch answers and run one step; the next wait in seconds, None to exit."""
@@ -261,7 +253,10 @@ class Sender(IoThread):
         if self.acc.sequences.identity != NO_IDENTITY:
             self.acc.reset_identity(NO_IDENTITY, error)
 
-    def _crash(self, exc: BaseException) -> None:
+    def crash(self, exc: BaseException) -> None:
+        """Fail every record and blocked call with the crash (rather than hang the callers)."""
+        if exc is not self.client.fatal:  # that one the network client logged
+            log.exception("the producer's I/O thread crashed", exc_info=exc)
         with self.lock:
             self.crashed = exc
             error = stopped_error(exc, "producer")  # each failed record's future says why
