@@ -288,14 +288,21 @@ def test_docs_python_snippet_runs(noida_broker: RunningBroker) -> None:
     exec(compile(code, "docs/cli.md", "exec"), {})
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_produce_interrupted_aborts_the_open_transaction(broker: RunningBroker,
                                                          topic_name: str) -> None:
     env = {**os.environ, "EOSCLIENT_BOOTSTRAP_SERVERS": broker.bootstrap_servers}
     command = [sys.executable, "-m", "eosclient.cli"]
     assert subprocess.run([*command, "topics", "create", topic_name], env=env, timeout=60,
                           check=False).returncode == 0
+    # SIGINT as a terminal gives it: a test run started in the background by a shell without
+    # job control ignores SIGINT, and an ignored signal stays ignored in every child
     child = subprocess.Popen([*command, "produce", "-t", topic_name, "-n", "3"],
-                             stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                             stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                             preexec_fn=_default_sigint)  # noqa: PLW1509 - one signal() call
     try:
         assert child.stdin is not None
         child.stdin.write(b"1\n2\n3\n4\n5\n")  # a transaction of 3 commits; 4 and 5 stay open
