@@ -42,6 +42,7 @@ from eosclient._core.types import TopicPartition
 from eosclient._processor.topics import partition_count
 from eosclient.consumer import ReadCommittedConsumer
 from eosclient.errors import ConfigError, KafkaTimeoutError
+from eosclient.spark._writer import positive_option
 
 __all__ = ["SCHEMA", "ReadCommittedKafkaSource"]
 
@@ -102,20 +103,10 @@ class _Options:
             raise ConfigError(f"must be earliest or latest, got {starting!r}",
                               key="startingOffsets")
         return cls(servers, topics, starting,
-                   _number(get("maxOffsetsPerTrigger"), "maxOffsetsPerTrigger", int),
-                   _number(get("timeoutSeconds"), "timeoutSeconds", float) or 60.0)
+                   positive_option(get("maxOffsetsPerTrigger"), "maxOffsetsPerTrigger", int),
+                   positive_option(get("timeoutSeconds"), "timeoutSeconds", float) or 60.0)
 
 
-def _number(text: str | None, key: str, kind: type[int] | type[float]) -> Any:
-    if text is None:
-        return None
-    try:
-        value = kind(text)
-    except ValueError:
-        raise ConfigError(f"must be a positive number, got {text!r}", key=key) from None
-    if value <= 0:
-        raise ConfigError(f"must be a positive number, got {text!r}", key=key)
-    return value
 
 
 @dataclass(frozen=True, slots=True)

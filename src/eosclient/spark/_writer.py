@@ -89,8 +89,8 @@ class WriterPlan:
         if anchor_topic is None:
             raise ConfigError("without a topic, name an existing topic for the ledger",
                               key="ledgerTopic")
-        timeout = _positive(get("timeoutSeconds"), "timeoutSeconds", float) or 60.0
-        chunk_size = _positive(get("chunkSize"), "chunkSize", int) or 5000
+        timeout = positive_option(get("timeoutSeconds"), "timeoutSeconds", float) or 60.0
+        chunk_size = positive_option(get("chunkSize"), "chunkSize", int) or 5000
         producer_config: dict[str, object] = {
             k[len("kafka."):]: _setting(k[len("kafka."):], v) for k, v in options.items()
             if k.lower().startswith("kafka.") and k.lower() != "kafka.bootstrap.servers"}
@@ -274,7 +274,8 @@ def _name(value: str | None, key: str, *, required: bool = False) -> str | None:
     return value
 
 
-def _positive(text: str | None, key: str, kind: type[int] | type[float]) -> Any:
+def positive_option(text: str | None, key: str, kind: type[int] | type[float]) -> Any:
+    """An option's text as a positive ``kind``, None if unset; ConfigError naming ``key``."""
     if text is None:
         return None
     try:
