@@ -11,8 +11,9 @@ read_committed from offset 0 with ``assign()`` (no group), 500 records per poll,
 every committed record; records/s = committed records / seconds from the first poll to the last
 record. The clients: eosclient ``poll()`` and ``poll_batch()`` (columns: the values taken as
 lists), confluent-kafka ``consume(500)``, kafka-python ``poll(max_records=500)``, and the asyncio
-readers: eosclient.aio ``await poll()`` and aiokafka ``await getmany(max_records=500)``, each on a
-fresh event loop. Whether
+readers: eosclient.aio ``await poll()``, ``await getmany()`` and ``await poll_batch()`` (the batch
+path: the target's row) and aiokafka ``await getmany(max_records=500)``, each on a fresh event
+loop. Whether
 eosclient's codec runs compiled or pure Python is printed (``EOSCLIENT_PURE_PYTHON=1`` forces
 pure). Afterwards (untimed) every client's records are checked: exactly the
 committed set, no aborted record, none twice. Runs are interleaved over ``--repeat``.
@@ -185,6 +186,45 @@ def read_eosclient_aio(servers: str, topic: str, expected: int,
     return asyncio.run(read())
 
 
+def read_eosclient_aio_batch(servers: str, topic: str, expected: int,
+                             tls: _harness.Tls | None = None) -> tuple[list[bytes], float]:
+    async def read() -> tuple[list[bytes], float]:
+        consumer = AsyncReadCommittedConsumer(servers, config={
+            "auto.offset.reset": "earliest", **(tls.settings if tls else {})})
+        await consumer.start()
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        got: list[Any] = []
+        start = time.perf_counter()
+        while len(got) < expected:
+            for columns in (await consumer.poll_batch(5.0, max_records=POLL_RECORDS)).values():
+                got += columns.values
+        elapsed = time.perf_counter() - start
+        await consumer.close()
+        return got, elapsed
+
+    return asyncio.run(read())
+
+
+def read_eosclient_aio_getmany(servers: str, topic: str, expected: int,
+                               tls: _harness.Tls | None = None) -> tuple[list[bytes], float]:
+    async def read() -> tuple[list[bytes], float]:
+        consumer = AsyncReadCommittedConsumer(servers, config={
+            "auto.offset.reset": "earliest", **(tls.settings if tls else {})})
+        await consumer.start()
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        got: list[Any] = []
+        start = time.perf_counter()
+        while len(got) < expected:
+            batches = await consumer.getmany(5.0, max_records=POLL_RECORDS)
+            for batch in batches.values():
+                got += [r.value for r in batch]
+        elapsed = time.perf_counter() - start
+        await consumer.close()
+        return got, elapsed
+
+    return asyncio.run(read())
+
+
 def read_aiokafka(servers: str, topic: str, expected: int,
                   tls: _harness.Tls | None = None) -> tuple[list[bytes], float]:
     if tls is not None:
@@ -214,6 +254,10 @@ READERS: Final = (("eos", "eosclient", "eosclient poll()", read_eosclient),
                   ("ck", "confluent-kafka", "confluent-kafka consume(500)", read_confluent),
                   ("kp", "kafka-python", "kafka-python poll(max_records=500)", read_kafka_python),
                   ("eos-aio", "eosclient", "eosclient.aio poll()", read_eosclient_aio),
+                  ("eos-aio-g", "eosclient", "eosclient.aio getmany()",
+                   read_eosclient_aio_getmany),
+                  ("eos-aio-b", "eosclient", "eosclient.aio poll_batch()",
+                   read_eosclient_aio_batch),
                   ("aiokafka", "aiokafka", "aiokafka getmany(max_records=500)", read_aiokafka))
 
 
@@ -424,8 +468,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     specs = [report.RatioSpec("throughput", "eos", "ck", 1.0),
              report.RatioSpec("throughput", "eosb", "ck", 3.0),
              report.RatioSpec("throughput", "eos", "kp"),
-             report.RatioSpec("throughput", "eos-aio", "aiokafka", 2.0),
+             report.RatioSpec("throughput", "eos-aio", "aiokafka"),
+             report.RatioSpec("throughput", "eos-aio-g", "aiokafka"),
+             report.RatioSpec("throughput", "eos-aio-b", "aiokafka", 2.0),
              report.RatioSpec("throughput", "eos-aio", "eos", 0.9,
+                              note="(async / sync eosclient)"),
+             report.RatioSpec("throughput", "eos-aio-b", "eosb", 0.9,
                               note="(async / sync eosclient)")]
     ratios = report.compute_ratios(results["outcomes"], specs, {})
     print(render(results, ratios, args))
