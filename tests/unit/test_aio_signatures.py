@@ -20,11 +20,8 @@ PAIRS = [(TransactionalProducer, AsyncTransactionalProducer),
 # Arguments typed differently on purpose: the asyncio processor's transforms may be coroutines.
 RETYPED = {(AsyncExactlyOnceProcessor, "fn"): "AsyncTransform | None",
            (AsyncExactlyOnceProcessor, "batch_fn"): "AsyncBatchTransform | None"}
-# Sync methods the asyncio twin has under another shape, or on purpose not at all.
-NOT_TWINNED = {
-    "records",  # `async for record in consumer` instead (no idle_timeout yet)
-    "prepare_transaction",  # not in the asyncio front yet (the Spark writer's, sync)
-}
+# Sync methods the asyncio twin has under another shape, or on purpose not at all: none now.
+NOT_TWINNED: set[str] = set()
 
 
 @pytest.mark.parametrize(("sync", "aio"), PAIRS, ids=lambda c: c.__name__)

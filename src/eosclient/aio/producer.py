@@ -35,6 +35,7 @@ from typing import Any, Generic, TypeVar
 
 from eosclient._args import timeout_of
 from eosclient._core.partitioner import Partitioner
+from eosclient._core.prepared import PreparedTransaction
 from eosclient._core.records import Serializer
 from eosclient._core.txn import Completion, State
 from eosclient._core.types import TopicPartition
@@ -241,6 +242,28 @@ class AsyncTransactionalProducer:
         except AbortableError as exc:
             await self._abort_after(exc, timeout)
             raise
+
+    async def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+        """As :meth:`TransactionalProducer.prepare_transaction`: flush the open transaction
+        and hand it over without ending it (:func:`~eosclient.end_prepared` ends it); then
+        the producer is closed. Cancelled or timed out before the hand-over, the producer is
+        still open with its transaction: call again, or close it (which aborts)."""
+        driver, sync = self._driving(), self._sync
+        seconds = timeout_of(timeout, self.config.max_block_ms)
+        deadline = time.monotonic() + seconds
+        await self.flush(seconds)
+        sync._check_open()
+        while not sync._prepared_yet():
+            sync._sender.check_alive()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise sync._not_prepared(seconds)
+            await driver.changed(remaining)
+        with sync._lock:
+            prepared = sync._hand_over()
+        await driver.stopped_after(max(1.0, deadline - time.monotonic()))
+        sync._finalizer.detach()
+        return prepared
 
     # -- records --------------------------------------------------------------------------------
 
