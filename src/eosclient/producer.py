@@ -34,7 +34,7 @@ from eosclient._producer.prepared import end_prepared
 from eosclient._producer.results import DeliveryFuture, RecordFuture, RecordMetadata, publish
 from eosclient._producer.routing import Groups, Router
 from eosclient._producer.sender import Sender
-from eosclient._stats_reporter import StatsReporter
+from eosclient._stats_reporter import LoopStatsReporter, StatsReporter
 from eosclient.config import ProducerConfig, build
 from eosclient.errors import (
     AbortableError,
@@ -96,7 +96,7 @@ class TransactionalProducer:
             value, or one setting given twice with different values. Nothing was started.
     """
 
-    _reporter: StatsReporter | None  # stats_cb's thread (the sync front only)
+    _reporter: StatsReporter | LoopStatsReporter | None  # stats_cb's (thread or timer)
 
     def __init__(
         self,

@@ -32,6 +32,7 @@ from eosclient._consumer.partitions import ConsumerRecord, Followup
 from eosclient._core.records import Deserializer
 from eosclient._core.types import TopicPartition
 from eosclient._net.loop_driver import LoopDriver
+from eosclient._stats_reporter import LoopStatsReporter
 from eosclient.config import ConsumerConfig
 from eosclient.consumer import (
     ReadCommittedConsumer,
@@ -104,6 +105,10 @@ class AsyncReadCommittedConsumer:
         if self._driver is None:
             self._driver = LoopDriver(self._sync._loop)
             self._driver.start()
+            cfg = self.config
+            if cfg.stats_cb is not None:
+                self._sync._reporter = LoopStatsReporter(cfg.statistics_interval_ms / 1000,
+                                                         self.stats, cfg.stats_cb)
 
     async def __aenter__(self) -> AsyncReadCommittedConsumer:
         await self.start()
@@ -126,6 +131,8 @@ class AsyncReadCommittedConsumer:
             sync._finalizer.detach()
             loop.client.close()
             return
+        if sync._reporter is not None:
+            sync._reporter.stop()
         owned = list(sync._assignment.states) if sync._mode is _Mode.SUBSCRIBE else []
         if owned and self._on_revoke is not None:
             try:
@@ -203,8 +210,8 @@ class AsyncReadCommittedConsumer:
         return self._sync.paused()
 
     def stats(self) -> ClientStats:
-        """As :meth:`ReadCommittedConsumer.stats` (``stats_cb`` is not called by the asyncio
-        front yet: call this)."""
+        """As :meth:`ReadCommittedConsumer.stats` (``stats_cb`` is called with it every
+        ``statistics.interval.ms`` from the loop; a coroutine function's runs as a task)."""
         return self._sync.stats()
 
     def in_generation(self) -> bool:

@@ -42,6 +42,7 @@ from eosclient._core.types import TopicPartition
 from eosclient._net.loop_driver import LoopDriver
 from eosclient._producer import args
 from eosclient._producer.results import RecordMetadata
+from eosclient._stats_reporter import LoopStatsReporter
 from eosclient.config import ProducerConfig
 from eosclient.errors import (
     AbortableError,
@@ -156,6 +157,10 @@ class AsyncTransactionalProducer:
         if self._driver is None:
             self._driver = LoopDriver(self._sync._sender)
             self._driver.start()
+            cfg = self.config
+            if cfg.stats_cb is not None:  # stopped by the sync producer's close()
+                self._sync._reporter = LoopStatsReporter(cfg.statistics_interval_ms / 1000,
+                                                         self.stats, cfg.stats_cb)
 
     async def __aenter__(self) -> AsyncTransactionalProducer:
         await self.start()
@@ -343,8 +348,8 @@ class AsyncTransactionalProducer:
             sender.flushing -= 1
 
     def stats(self) -> ClientStats:
-        """As :meth:`TransactionalProducer.stats` (``stats_cb`` is not called by the asyncio
-        front yet: call this)."""
+        """As :meth:`TransactionalProducer.stats` (``stats_cb`` is called with it every
+        ``statistics.interval.ms`` from the loop; a coroutine function's runs as a task)."""
         return self._sync.stats()
 
     def __repr__(self) -> str:
