@@ -2,7 +2,9 @@
 
 Theory of operation. One loop on the caller's thread (``run()``), over one
 :class:`~eosclient.ReadCommittedConsumer` (``subscribe()``, a consumer group) and one
-:class:`~eosclient.TransactionalProducer`::
+:class:`~eosclient.TransactionalProducer` (the rules below are written once, as steps in
+:mod:`eosclient._processor.core`; this module carries them out with the sync clients, and
+:class:`~eosclient.aio.AsyncExactlyOnceProcessor` with the asyncio ones)::
 
     poll -> begin(the group, and every output partition if asked: KIP-609 pre-registration)
          -> transform -> send (each output with an ``eos.src`` header naming its input record)
