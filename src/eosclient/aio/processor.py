@@ -184,11 +184,9 @@ class _Ports:
         return (await outputs) if inspect.isawaitable(outputs) else outputs
 
     async def send_all(self, topic: str, items: list[Item]) -> None:
-        # A cancellation between two sends leaves the first queued: the steps abort the
+        # A cancellation between two records leaves the first queued: the steps abort the
         # transaction then, so none of them commits.
-        send = self._need(self.producer).send
-        for value, key, partition, headers in items:
-            await send(topic, value, key, partition=partition, headers=headers)
+        await self._need(self.producer)._send_many(topic, items)
 
     async def probe(self, topic: str, headers: list[tuple[str, bytes]]) -> None:
         producer = self._need(self.producer)

@@ -296,6 +296,23 @@ class AsyncTransactionalProducer:
         return Delivery(sync.send(topic, value, key, partition=partition, headers=headers,
                                   timestamp_ms=timestamp_ms))
 
+    async def _send_many(self, topic: str,
+                         items: Iterable[tuple[object, object, int | None,
+                                               Sequence[tuple[str, Any]]]]) -> None:
+        """Queue ``(value, key, partition, headers)`` records as :meth:`send` does, without a
+        coroutine and a :class:`Delivery` each (the asyncio processor's writes: 15% of its
+        throughput). Waits only as :meth:`send` does, before a record is queued. (A turn
+        between records, so that full batches go out meanwhile, measured no faster: the
+        batches go out at the task's next await.)"""
+        self._driving()
+        sync = self._sync
+        send = sync.send
+        for value, key, partition, headers in items:
+            if (type(topic) is not str or sync._budget.full
+                    or sync._metadata.partition_count(topic) is None):
+                await self._await_room(topic)
+            send(topic, value, key, partition=partition, headers=headers)
+
     async def send_and_wait(self, topic: str, value: object, key: object = None, *,
                             partition: int | None = None,
                             headers: Sequence[tuple[str, Any]] | None = None,
