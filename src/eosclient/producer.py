@@ -34,7 +34,7 @@ from eosclient._producer.prepared import end_prepared
 from eosclient._producer.results import DeliveryFuture, RecordFuture, RecordMetadata, publish
 from eosclient._producer.routing import Groups, Router
 from eosclient._producer.sender import Sender
-from eosclient._stats_reporter import StatsReporter
+from eosclient._stats_reporter import LoopStatsReporter, StatsReporter
 from eosclient.config import ProducerConfig, build
 from eosclient.errors import (
     AbortableError,
@@ -96,7 +96,7 @@ class TransactionalProducer:
             value, or one setting given twice with different values. Nothing was started.
     """
 
-    _reporter: StatsReporter | None  # stats_cb's thread (the sync front only)
+    _reporter: StatsReporter | LoopStatsReporter | None  # stats_cb's (thread or timer)
 
     def __init__(
         self,
@@ -305,31 +305,46 @@ class TransactionalProducer:
         self.flush(seconds)
         with self._lock:
             self._check_open()
-            while True:
-                state = self._core.state
-                if state is not State.IN_TRANSACTION:
-                    error = self._core.error
-                    if error is not None:
-                        raise error
-                    raise IllegalStateError(f"prepare_transaction() needs an open transaction; "
-                                            f"the producer is {state.value}")
-                if not self._core.waiting_for() and not self._sender.incomplete():
-                    break
+            while not self._prepared_yet():
                 self._sender.check_alive()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise KafkaTimeoutError(f"prepare_transaction(): still waiting for "
-                                            f"{sorted(w.value for w in self._core.waiting_for())} "
-                                            f"after {seconds:g} s")
+                    raise self._not_prepared(seconds)
                 self._changed.wait(remaining)
-            identity = self._core.identity
-            prepared = PreparedTransaction(self.config.transactional_id or "",
-                                           identity.producer_id, identity.epoch)
-            self._closed = True
-            self._core.close()
-            self._sender.stop()
+            prepared = self._hand_over()
         self._sender.join(max(_JOIN_MIN, deadline - time.monotonic()))
         self._finalizer.detach()
+        return prepared
+
+    def _prepared_yet(self) -> bool:
+        """prepare_transaction()'s look (both fronts'): whether everything of the open
+        transaction is written and registered.
+
+        Raises:
+            EosError: the transaction failed (its error), or IllegalStateError: none is open.
+        """
+        state = self._core.state
+        if state is not State.IN_TRANSACTION:
+            error = self._core.error
+            if error is not None:
+                raise error
+            raise IllegalStateError(f"prepare_transaction() needs an open transaction; "
+                                    f"the producer is {state.value}")
+        return not self._core.waiting_for() and not self._sender.incomplete()
+
+    def _not_prepared(self, seconds: float) -> KafkaTimeoutError:
+        return KafkaTimeoutError(f"prepare_transaction(): still waiting for "
+                                 f"{sorted(w.value for w in self._core.waiting_for())} "
+                                 f"after {seconds:g} s")
+
+    def _hand_over(self) -> PreparedTransaction:
+        """Give the prepared transaction's identity away and stop (no abort)."""
+        identity = self._core.identity
+        prepared = PreparedTransaction(self.config.transactional_id or "",
+                                       identity.producer_id, identity.epoch)
+        self._closed = True
+        self._core.close()
+        self._sender.stop()
         return prepared
 
     # -- records --------------------------------------------------------------------------------
