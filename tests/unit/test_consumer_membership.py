@@ -26,6 +26,7 @@ SETTINGS = Settings(group_id="g", assignors=("range", "roundrobin"), session_tim
 JOIN, SYNC, HEARTBEAT = (APIS[k].response for k in (ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP,
                                                       ApiKey.HEARTBEAT))
 FIND = APIS[ApiKey.FIND_COORDINATOR].response
+STATIC = dataclasses.replace(SETTINGS, group_instance_id="i-1")
 
 
 def counts(topics: Collection[str]) -> Mapping[str, int]:
@@ -296,33 +297,61 @@ def test_a_join_answered_after_leave_is_left_again(code: int, again: bool) -> No
     assert not m.pending and m.state is State.UNJOINED
 
 
-@pytest.mark.parametrize("settings", [SETTINGS, dataclasses.replace(SETTINGS,
-                                                                   group_instance_id="i-1")])
-def test_a_rejoin_answered_with_the_same_generation_leaves_and_joins_anew(
+def _rejoined(settings: Settings = SETTINGS) -> tuple[Membership, Send]:
+    """Stable in generation 5 as m1, then asked to rejoin (REBALANCE_IN_PROGRESS)."""
+    m, _ = stable(settings=settings)
+    m.on_response(one(m.poll(1.0, counts), "heartbeat"), beat(27), 1.0)
+    m.revoked(1.0)
+    return m, one(m.poll(1.0, counts), "join")
+
+
+def _leaves_then_joins_anew(m: Membership, settings: Settings, now: float) -> None:
+    leave = one(m.poll(now, counts), "leave")  # a static member too
+    assert leave.request.members[0].member_id == "m1"
+    assert leave.request.members[0].group_instance_id == settings.group_instance_id
+    assert m.state is State.JOINING and m.poll(now + 0.5, counts) == []  # the join waits
+    m.on_response(leave, APIS[ApiKey.LEAVE_GROUP].response(
+        version=3, throttle_time_ms=0, error_code=0, members=[]), now + 1)
+    assert one(m.poll(now + 1, counts), "join").request.member_id == ""  # a new member
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, STATIC])
+def test_a_follower_whose_rejoin_keeps_the_generation_leaves_and_joins_anew(
         settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
     # Tansu answers a static member's rejoin after REBALANCE_IN_PROGRESS with the generation it
     # was in, and its SyncGroup then hands out that generation's stale assignment: a departed
     # member's partitions stayed unassigned for good. A LeaveGroup makes it start a new one.
-    m, _ = stable(settings=settings)
-    m.on_response(one(m.poll(1.0, counts), "heartbeat"), beat(27), 1.0)
-    m.revoked(1.0)
-    join = one(m.poll(1.0, counts), "join")
-    m.on_response(join, joined(generation=5), 2.0)  # generation 5 again, not 6
-    assert "answered the rejoin with the same generation" in caplog.text
-    leave = one(m.poll(2.0, counts), "leave")  # a static member too
-    assert leave.request.members[0].member_id == "m1"
-    assert leave.request.members[0].group_instance_id == settings.group_instance_id
-    assert m.state is State.JOINING and m.poll(2.5, counts) == []  # the join waits for it
-    m.on_response(leave, APIS[ApiKey.LEAVE_GROUP].response(
-        version=3, throttle_time_ms=0, error_code=0, members=[]), 3.0)
-    assert one(m.poll(3.0, counts), "join").request.member_id == ""  # a new member
+    m, join = _rejoined(settings)
+    m.on_response(join, joined(member="m1", leader="m2", generation=5), 2.0)  # not 6
+    assert "answered the rejoin of a follower with the same generation 5" in caplog.text
+    _leaves_then_joins_anew(m, settings, 2.0)
+
+
+def test_a_leader_whose_assignment_was_ignored_leaves_and_joins_anew(
+        caplog: pytest.LogCaptureFixture) -> None:
+    m, join = _rejoined(STATIC)
+    m.on_response(join, joined(generation=5), 2.0)  # the leader, generation 5 again
+    sync = one(m.poll(2.0, counts), "sync")  # it assigns m1 t-0..t-3
+    m.on_response(sync, synced([TP("t", 0), TP("t", 1)]), 3.0)  # the old share, not its own
+    assert "ignored the leader's assignment of its generation 5" in caplog.text
+    _leaves_then_joins_anew(m, STATIC, 3.0)
+
+
+def test_a_leader_whose_assignment_was_applied_in_the_same_generation_stays() -> None:
+    # Tansu completes a rebalance of static members without a new generation while the group is
+    # still forming, and then applies the leader's assignment: nothing to mend (and a leader that
+    # left then would stay named leader, with nobody assigning).
+    m, join = _rejoined(STATIC)
+    m.on_response(join, joined(generation=5), 2.0)
+    sync = one(m.poll(2.0, counts), "sync")
+    mine = wire.read_assignment(sync.request.assignments[0].assignment)
+    m.on_response(sync, synced(mine), 3.0)
+    assert m.state is State.ASSIGNING and m.take_assignment(3.0) == mine
 
 
 def test_a_rejoin_answered_with_a_new_generation_syncs() -> None:
-    m, _ = stable()
-    m.on_response(one(m.poll(1.0, counts), "heartbeat"), beat(27), 1.0)
-    m.revoked(1.0)
-    m.on_response(one(m.poll(1.0, counts), "join"), joined(generation=6), 2.0)
+    m, join = _rejoined()
+    m.on_response(join, joined(member="m1", leader="m2", generation=6), 2.0)
     assert m.state is State.SYNCING and m.generation == 6
     assert [s.kind for s in m.poll(2.0, counts)] == ["sync"]
 
@@ -379,7 +408,6 @@ def test_every_application_call_follows_the_table(state: State, call: Input) -> 
 
 # -- static membership (KIP-345) -------------------------------------------------------------------
 
-STATIC = dataclasses.replace(SETTINGS, group_instance_id="i-1")
 
 
 def test_a_static_member_sends_its_instance_id_in_join_sync_and_heartbeat() -> None:

@@ -126,6 +126,8 @@ class Membership:
         self._waiting = False  # a JoinGroup or SyncGroup is in flight
         self._join_sent: Send | None = None  # the JoinGroup in flight, even of an old attempt
         self._reform_leave: Send | None = None  # the LeaveGroup the next JoinGroup waits for
+        self._same_generation = False  # the last JoinGroup answer kept the generation we were in
+        self._own_share: bytes | None = None  # what this leader assigned itself (to check)
         self._joined: Any = None  # the leader's JoinGroup answer, kept while it assigns
         self._protocol = ""
         self._assigned_from: dict[str, int] = {}  # the leader's partition counts
@@ -285,8 +287,10 @@ class Membership:
             self._on_error(ApiKey.JOIN_GROUP, code, now, member_id=response.member_id)
             return
         self._failures = 0
-        if 0 <= self.generation == response.generation_id and self.member_id == response.member_id:
-            self._reform(now)
+        self._same_generation = (0 <= self.generation == response.generation_id
+                                 and self.member_id == response.member_id)
+        if self._same_generation and response.leader != response.member_id:
+            self._reform("answered the rejoin of a follower with the same generation", now)
             return
         self.member_id, self.generation = response.member_id, response.generation_id
         self.last_joined = (response.generation_id, response.member_id)
@@ -295,20 +299,26 @@ class Membership:
         self._heartbeat_at = now + self.settings.heartbeat_interval
         self._transition(Input.RECV_JOINED, now)
 
-    def _reform(self, now: float) -> None:
+    def _reform(self, why: str, now: float) -> None:
         """The coordinator asked this member to rejoin its generation (REBALANCE_IN_PROGRESS,
-        or it is the leader and the partition counts changed), then answered the rejoin with
-        that same generation: it started no rebalance, and its SyncGroup would hand out the
-        generation's old assignment. Kafka always starts a new generation then. Tansu does not
-        for static members: the partitions of a member that left or whose session ran out stay
-        assigned to it, with nobody reading them, for good. A LeaveGroup makes any coordinator
-        start a new generation, which every member joins; so this member leaves (static or
-        not) and joins again once that is answered, as a new member."""
-        log.warning("group %r: the coordinator asked for a rebalance of generation %d, then "
-                    "answered the rejoin with the same generation (it would keep that "
-                    "generation's assignment, with the partitions of departed members read by "
-                    "nobody): leaving and joining again to start a new generation",
-                    self.settings.group_id, self.generation)
+        or it is the leader and the partition counts changed) and then kept that generation's
+        old assignment. Kafka always starts a new generation then. Tansu, for static members,
+        may not: it answers the rejoin with the same generation and, if the group had formed,
+        hands out the old assignment again, so the partitions of a member that left or whose
+        session ran out stay assigned to it, read by nobody, for good. Seen by a follower: the
+        same generation in the JoinGroup answer (a follower's SyncGroup cannot tell). Seen by
+        the leader: a SyncGroup answer other than the share it assigned itself (the same
+        generation alone is not enough: while the group is still forming Tansu applies the
+        leader's assignment, and a leader that left then stays named leader, and nobody
+        assigns). A LeaveGroup makes the coordinator start a new generation, which every member
+        joins; so this member leaves (static or not) and joins again once that is answered, as
+        a new member."""
+        log.warning("group %r: the coordinator %s %d (it keeps that generation's assignment: "
+                    "the partitions of departed members would be read by nobody): leaving and "
+                    "joining again to start a new generation", self.settings.group_id, why,
+                    self.generation)
+        if self.state is not State.JOINING:
+            self._transition(Input.RECV_REJOIN, now)  # SYNCING: the leader, after SyncGroup
         self._reform_leave = Send(wire.leave_group(
             self.settings.group_id, self.member_id,
             group_instance_id=self.settings.group_instance_id,
@@ -322,6 +332,10 @@ class Membership:
         log.debug("group %r: SyncGroup answered %d", self.settings.group_id, code)
         if code:
             self._on_error(ApiKey.SYNC_GROUP, code, now)
+            return
+        own, self._own_share = self._own_share, None
+        if self._same_generation and own is not None and response.assignment != own:
+            self._reform("ignored the leader's assignment of its generation", now)
             return
         self.assignment = wire.read_assignment(response.assignment)
         log.info("group %r: generation %d assigns %s", self.settings.group_id, self.generation,
@@ -424,6 +438,7 @@ class Membership:
             if computed is None:
                 return  # the leader waits for the metadata of every member's topics
             assignments = computed
+            self._own_share = computed.get(self.member_id, b"")
         self._joined = None
         self._waiting = True
         log.debug("group %r: SyncGroup, generation %d, member %r, %d assignments",
