@@ -14,6 +14,9 @@ per partition (``values_buffer()``: Arrow's binary layout, no object per record;
 them bytes after the clock stops) and as lists of bytes (``.values``); confluent-kafka
 ``consume(500)``, kafka-python ``poll(max_records=500)``, and the asyncio readers: eosclient.aio
 ``await poll()`` and aiokafka ``await getmany(max_records=500)``, each on a fresh event loop.
+And a floor: one connection Fetching every partition read_committed until the LSO, nothing
+decoded (batch headers walked for the next offset), the broker's own part of any reader's time;
+``floor / confluent-kafka`` is the most any reader could reach against it in that run.
 Whether eosclient's codec runs compiled or pure Python is printed (``EOSCLIENT_PURE_PYTHON=1``
 forces pure). Afterwards (untimed) every client's records are checked: exactly the committed set, no
 aborted record, none twice.
@@ -231,6 +234,17 @@ def read_aiokafka(servers: str, topic: str, expected: int,
     return asyncio.run(read())
 
 
+def read_floor(servers: str, topic: str, expected: int,
+               tls: _harness.Tls | None = None) -> tuple[list[bytes], float]:
+    """The broker's floor (``_harness.fetch_floor``): no client reads faster. Delivers no
+    values (nothing is decoded), so it is not checked."""
+    if tls is not None:
+        raise RuntimeError("the floor is measured in plaintext only")
+    host, _, port = servers.rpartition(":")
+    _, elapsed = _harness.fetch_floor(host, int(port), topic, PARTITIONS)
+    return [], elapsed
+
+
 READERS: Final = (("eos", "eosclient", "eosclient poll()", read_eosclient),
                   ("eosb", "eosclient", "eosclient poll_batch() values_buffer()",
                    read_eosclient_batch),
@@ -239,7 +253,8 @@ READERS: Final = (("eos", "eosclient", "eosclient poll()", read_eosclient),
                   ("ck", "confluent-kafka", "confluent-kafka consume(500)", read_confluent),
                   ("kp", "kafka-python", "kafka-python poll(max_records=500)", read_kafka_python),
                   ("eos-aio", "eosclient", "eosclient.aio poll()", read_eosclient_aio),
-                  ("aiokafka", "aiokafka", "aiokafka getmany(max_records=500)", read_aiokafka))
+                  ("aiokafka", "aiokafka", "aiokafka getmany(max_records=500)", read_aiokafka),
+                  ("floor", "broker", "floor: raw Fetch loop, nothing decoded", read_floor))
 
 
 def check(values: list[bytes], expected: int) -> str | None:
@@ -267,7 +282,7 @@ def throughput(broker: RunningBroker, args: argparse.Namespace, servers: str,
             try:
                 with _harness.watchdog(RUN_TIMEOUT):
                     values, elapsed = read(servers, topic, expected, tls)
-                problem = check(values, expected)
+                problem = None if read is read_floor else check(values, expected)
                 if problem:
                     outcome.errors.append(problem)
                 else:
@@ -449,6 +464,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     specs = [report.RatioSpec("throughput", "eos", "ck", 1.0),
              report.RatioSpec("throughput", "eosb", "ck", 3.0),
              report.RatioSpec("throughput", "eosbl", "ck"),
+             report.RatioSpec("throughput", "floor", "ck",
+                              note="(the broker's floor: the most any reader could reach)"),
              report.RatioSpec("throughput", "eos", "kp"),
              report.RatioSpec("throughput", "eos-aio", "aiokafka", 2.0),
              report.RatioSpec("throughput", "eos-aio", "eos", 0.9,

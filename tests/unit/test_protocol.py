@@ -7,6 +7,8 @@ import struct
 from collections.abc import Callable, Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
 from eosclient import __version__
@@ -84,6 +86,20 @@ class TestFrameDecoder:
         got = [f for chunk in chunks for f in decoder.feed(chunk)]
         assert got == [b"abc", b"", b"x" * 300]
         assert decoder.buffered == (3 if how == "trailing" else 0)
+
+    @settings(max_examples=300, deadline=None)
+    @given(bodies=st.lists(st.binary(max_size=600), max_size=6), data=st.data())
+    def test_frames_come_out_whole_wherever_the_stream_is_cut(self, bodies: list[bytes],
+                                                               data: st.DataObject) -> None:
+        # An incomplete frame's body is collected in chunks and joined once: a cut inside a
+        # header, at a body's last byte, or a chunk that ends one frame and starts the next.
+        stream = b"".join(map(frame, bodies)) + b"\x00\x00"  # and half the next header
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))
+        decoder = FrameDecoder()
+        got = [f for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)
+               for f in decoder.feed(stream[a:b])]
+        assert got == bodies and all(type(f) is bytes for f in got)
+        assert decoder.buffered == 2
 
     def test_negative_size_is_a_protocol_error(self) -> None:
         with pytest.raises(ProtocolError, match="frame size -1"):
