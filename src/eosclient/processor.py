@@ -86,6 +86,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from eosclient._core.encoder import Header
 from eosclient._core.types import TopicPartition
 from eosclient._net.backoff import Backoff
 from eosclient._processor.stats import ProcessorStats, StatsCounter
@@ -100,6 +101,7 @@ __all__ = ["SOURCE_HEADER", "ExactlyOnceProcessor", "OutputRecord", "ProcessorSt
 
 log = logging.getLogger("eosclient.processor")
 
+_HEADER_ROOM = 256  # bytes: a record's overhead and its source header, but the input topic's name
 SOURCE_HEADER = "eos.src"  # "topic/partition/offset" of the input record an output came from
 _PROBE_HEADER = "eos.probe"  # an aborted record that proves the producer was not fenced
 _T = TypeVar("_T")
@@ -367,13 +369,27 @@ class ExactlyOnceProcessor:
         txn.records_in += count
 
     def _copy(self, columns: RecordColumns) -> None:
-        """The default transform (key and value as they are), straight from the columns: what
-        :meth:`_send` does for each record, without a record or output object."""
-        send, topic, txn = self._need(self._producer).send, self.output_topic, self._need(self._txn)
-        source = f"{columns.topic}/{columns.partition}/"
-        for key, value, offset in zip(columns.keys, columns.values, columns.offsets, strict=True):
-            send(topic, value, key, headers=[(SOURCE_HEADER, f"{source}{offset}".encode())])
-            txn.records_out += 1
+        """The default transform (key and value as they are), straight from the columns, in one
+        ``send_batch``: what :meth:`_send` does for each record, without a record, an output
+        or a future per record. (Keyed records go where the partitioner puts them, keyless
+        ones fill batches in turn, as ``send()`` would place them.)"""
+        txn, producer = self._need(self._txn), self._need(self._producer)
+        source = f"{columns.topic}/{columns.partition}/".encode()
+        keys = columns.keys
+        # send_batch's checks of keys and values; not of the headers, made here: one
+        # (str, bytes) pair each, its size bounded below.
+        ks, values = producer._checker.many(
+            columns.values, None if keys.count(None) == len(keys) else keys)
+        headers: list[list[Header]] = [[(SOURCE_HEADER, b"%s%d" % (source, offset))]
+                                       for offset in columns.offsets]
+        # A record this close to max.request.size may not fit with its header: check exactly.
+        room = producer.config.max_request_size - _HEADER_ROOM - len(source)
+        if max(map(len, filter(None, values)), default=0) + max(
+                map(len, filter(None, ks or ())), default=0) > room:
+            producer.send_batch(self.output_topic, values, ks, headers=headers)
+        else:
+            producer._queue_batch(self.output_topic, None, ks, values, headers)
+        txn.records_out += len(headers)
 
     def _send(self, output: Output, record: ConsumerRecord | None) -> None:
         out = output if isinstance(output, OutputRecord) else OutputRecord(output[1], output[0])

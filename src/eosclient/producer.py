@@ -399,8 +399,13 @@ class TransactionalProducer:
 
     def send_batch(self, topic: str, values: Sequence[object],
                    keys: Sequence[object] | None = None,
-                   partition: int | None = None) -> Future[list[RecordMetadata]]:
-        """Queue many header-less records at once (the fast path); one future for all.
+                   partition: int | None = None, *,
+                   headers: Sequence[Sequence[tuple[str, Any]] | None] | None = None,
+                   ) -> Future[list[RecordMetadata]]:
+        """Queue many records at once (the fast path); one future for all.
+
+        ``headers``, if given, holds each record's headers (``headers[i]`` those of
+        ``values[i]``: ``(str, bytes | str | None)`` pairs as :meth:`send` takes, or None).
 
         Every record is checked before any is queued. Keyed records go where the partitioner
         puts them; keyless ones without a partition fill a batch on the sticky partition, then
@@ -414,21 +419,29 @@ class TransactionalProducer:
 
         Raises:
             EosError: as :meth:`send`.
-            ValueError: ``keys`` and ``values`` differ in length.
+            ValueError: ``keys`` (or ``headers``) and ``values`` differ in length.
 
         Nothing was queued when any of these is raised.
         """
         number = args.partition_of(partition)
         name = args.topic_of(topic)
         ks, vals = self._checker.many(values, keys)
+        hs = None if headers is None else self._checker.many_headers(headers, ks, vals)
+        return self._queue_batch(name, number, ks, vals, hs)
+
+    def _queue_batch(self, name: str, number: int | None, ks: list[bytes | None] | None,
+                     vals: list[bytes | None], hs: list[list[Header]] | None,
+                     ) -> Future[list[RecordMetadata]]:
+        """:meth:`send_batch` after its checks (the processor's copy calls it with its own
+        headers, ``(str, bytes)`` pairs it made, after ``_checker.many``)."""
         stamp = _now_ms()
         with self._lock:
             self._check_open()
             if self._budget.full:  # (this call's records may then go past buffer.memory)
                 self._router.await_buffer(name)
-            groups = self._router.group(name, number, ks, vals)
+            groups = self._router.group(name, number, ks, vals, hs)
             generation = 0
-            for tp, _, _ in groups:  # every partition checked before any record is queued
+            for tp, _, _, _ in groups:  # every partition checked before any record is queued
                 generation = self._core.send(tp)
             now = time.monotonic()
             handle = self._append_groups(groups, stamp, now, generation)
@@ -594,9 +607,10 @@ class TransactionalProducer:
     def _append_groups(self, groups: Groups, stamp: int, now: float,
                        generation: int) -> DeliveryHandle | None:
         handle = None
-        for tp, ks, vals in groups:
+        for tp, ks, vals, hs in groups:
             handle = self._acc.append_many(tp, vals, ks, timestamp_ms=stamp, now=now,
-                                           generation=generation, handle=handle, checked=True)
+                                           generation=generation, handle=handle, checked=True,
+                                           headers=hs)
         return handle
 
     def _abort_after(self, exc: BaseException, timeout: float | None) -> None:

@@ -279,11 +279,14 @@ class AsyncTransactionalProducer:
 
     async def send_batch(self, topic: str, values: Sequence[object],
                          keys: Sequence[object] | None = None,
-                         partition: int | None = None) -> Delivery[list[RecordMetadata]]:
-        """Queue many header-less records at once, as
-        :meth:`TransactionalProducer.send_batch`; nothing was queued if it raises."""
+                         partition: int | None = None, *,
+                         headers: Sequence[Sequence[tuple[str, Any]] | None] | None = None,
+                         ) -> Delivery[list[RecordMetadata]]:
+        """Queue many records at once, as :meth:`TransactionalProducer.send_batch`; nothing
+        was queued if it raises."""
         await self._await_room(args.topic_of(topic))
-        delivery = Delivery(self._sync.send_batch(topic, values, keys, partition))
+        delivery = Delivery(self._sync.send_batch(topic, values, keys, partition,
+                                                  headers=headers))
         self._driving().pump()  # the full batches go out now (no await: see send)
         return delivery
 
