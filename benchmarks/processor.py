@@ -226,7 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     with start_broker("noida") as noida:
         outcomes = copies(noida, args)
-    specs = [report.RatioSpec("copy", "eos", "ck"), report.RatioSpec("copy", "eos", "kp")]
+    specs = [report.RatioSpec("copy", "eos", "ck", 0.9, note="(issue 14)"),
+             report.RatioSpec("copy", "eos", "kp")]
     ratios = report.compute_ratios(outcomes, specs, {})
     print(render(outcomes, ratios, args))
     print(f"(whole run: {time.monotonic() - started:.0f} s)")
