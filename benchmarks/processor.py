@@ -11,7 +11,8 @@ header naming its input -> send the consumer's positions to the transaction (KIP
 metadata) -> commit. records/s = input records / seconds from the start of the copy (group join
 included: ~0.4 s on noida-db for every client) to the return of the last commit.
 
-The clients: eosclient :class:`~eosclient.ExactlyOnceProcessor` (``run(max_records=N)``); a
+The clients: eosclient :class:`~eosclient.ExactlyOnceProcessor` (``run(max_records=N)``) and
+its asyncio twin :class:`~eosclient.aio.AsyncExactlyOnceProcessor` (the same, awaited); a
 confluent-kafka loop (``consume(500)``, ``produce``, ``send_offsets_to_transaction``), the shape
 of Kafka's own transactional copier; the same loop with kafka-python. Afterwards (untimed) every
 copy is checked with :func:`eosclient.testing.checker.check`: each input record exactly once in
@@ -24,6 +25,7 @@ Caveat: broker, clients and the checker share the machine's cores; compare ratio
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import gc
 import importlib.metadata
@@ -43,6 +45,7 @@ from kafka.structs import TopicPartition as KpTopicPartition
 
 import eosclient
 from eosclient import ExactlyOnceProcessor
+from eosclient.aio import AsyncExactlyOnceProcessor
 from eosclient.processor import SOURCE_HEADER
 from eosclient.testing.brokers import RunningBroker, start_broker
 from eosclient.testing.checker import check
@@ -86,6 +89,16 @@ def copy_eosclient(servers: str, source: str, sink: str, records: int, per_txn: 
         group_id=f"{sink}-g", transactional_id=f"{sink}-t", max_records_per_transaction=per_txn,
         commit_interval_ms=10_000, producer_config={"linger.ms": 5})
     stats = processor.run(max_records=records, timeout=RUN_TIMEOUT)
+    if stats.records_in != records:
+        raise _harness.BenchmarkError(f"copied {stats.records_in} of {records}")
+
+
+def copy_eosclient_aio(servers: str, source: str, sink: str, records: int, per_txn: int) -> None:
+    processor = AsyncExactlyOnceProcessor(
+        bootstrap_servers=servers, input_topics=[source], output_topic=sink,
+        group_id=f"{sink}-g", transactional_id=f"{sink}-t", max_records_per_transaction=per_txn,
+        commit_interval_ms=10_000, producer_config={"linger.ms": 5})
+    stats = asyncio.run(processor.run(max_records=records, timeout=RUN_TIMEOUT))
     if stats.records_in != records:
         raise _harness.BenchmarkError(f"copied {stats.records_in} of {records}")
 
@@ -154,6 +167,7 @@ def copy_kafka_python(servers: str, source: str, sink: str, records: int, per_tx
 
 COPIERS: Final[list[tuple[str, str, str, Copier]]] = [
     ("eos", "eosclient", "eosclient ExactlyOnceProcessor", copy_eosclient),
+    ("eos-aio", "eosclient", "eosclient.aio AsyncExactlyOnceProcessor", copy_eosclient_aio),
     ("ck", "confluent-kafka", "confluent-kafka copy loop", copy_confluent),
     ("kp", "kafka-python", "kafka-python copy loop", copy_kafka_python),
 ]
@@ -227,7 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with start_broker("noida") as noida:
         outcomes = copies(noida, args)
     specs = [report.RatioSpec("copy", "eos", "ck", 0.9, note="(issue 14)"),
-             report.RatioSpec("copy", "eos", "kp")]
+             report.RatioSpec("copy", "eos", "kp"),
+             report.RatioSpec("copy", "eos-aio", "eos", 0.9, note="(async / sync eosclient)")]
     ratios = report.compute_ratios(outcomes, specs, {})
     print(render(outcomes, ratios, args))
     print(f"(whole run: {time.monotonic() - started:.0f} s)")

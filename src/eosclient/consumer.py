@@ -49,7 +49,7 @@ from eosclient._core.isolation import Isolation
 from eosclient._core.records import Deserializer
 from eosclient._core.types import TopicPartition
 from eosclient._net.client import NetworkClient
-from eosclient._stats_reporter import StatsReporter
+from eosclient._stats_reporter import LoopStatsReporter, StatsReporter
 from eosclient.config import ConsumerConfig
 from eosclient.errors import (
     AbortableError,
@@ -130,7 +130,7 @@ class ReadCommittedConsumer:
             value, or one setting given twice with different values. Nothing was started.
     """
 
-    _reporter: StatsReporter | None  # stats_cb's thread (the sync front only)
+    _reporter: StatsReporter | LoopStatsReporter | None  # stats_cb's (thread or timer)
 
     def __init__(self, bootstrap_servers: str | Sequence[str] | None = None, *,
                  group_id: str | None = None, group_instance_id: str | None = None,

@@ -34,7 +34,7 @@ from eosclient._producer.prepared import end_prepared
 from eosclient._producer.results import DeliveryFuture, RecordFuture, RecordMetadata, publish
 from eosclient._producer.routing import Groups, Router
 from eosclient._producer.sender import Sender
-from eosclient._stats_reporter import StatsReporter
+from eosclient._stats_reporter import LoopStatsReporter, StatsReporter
 from eosclient.config import ProducerConfig, build
 from eosclient.errors import (
     AbortableError,
@@ -53,6 +53,7 @@ __all__ = ["PreparedTransaction", "TransactionalProducer", "end_prepared"]
 log = logging.getLogger("eosclient.producer")
 
 _GRACE = 1.0  # seconds past a deadline before a caller stops waiting for the I/O thread
+_RUN_SLACK = 200  # bytes: a record's overhead in a batch, and then some (_send_run)
 _JOIN_MIN = 1.0  # seconds close() gives the stopped I/O thread to exit, even past its deadline
 _DEAD = frozenset({State.FENCED, State.FATAL, State.CLOSED})
 _PUBLIC_NAMES = {"init": "init_transactions", "commit": "commit_transaction",
@@ -96,7 +97,7 @@ class TransactionalProducer:
             value, or one setting given twice with different values. Nothing was started.
     """
 
-    _reporter: StatsReporter | None  # stats_cb's thread (the sync front only)
+    _reporter: StatsReporter | LoopStatsReporter | None  # stats_cb's (thread or timer)
 
     def __init__(
         self,
@@ -305,31 +306,46 @@ class TransactionalProducer:
         self.flush(seconds)
         with self._lock:
             self._check_open()
-            while True:
-                state = self._core.state
-                if state is not State.IN_TRANSACTION:
-                    error = self._core.error
-                    if error is not None:
-                        raise error
-                    raise IllegalStateError(f"prepare_transaction() needs an open transaction; "
-                                            f"the producer is {state.value}")
-                if not self._core.waiting_for() and not self._sender.incomplete():
-                    break
+            while not self._prepared_yet():
                 self._sender.check_alive()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise KafkaTimeoutError(f"prepare_transaction(): still waiting for "
-                                            f"{sorted(w.value for w in self._core.waiting_for())} "
-                                            f"after {seconds:g} s")
+                    raise self._not_prepared(seconds)
                 self._changed.wait(remaining)
-            identity = self._core.identity
-            prepared = PreparedTransaction(self.config.transactional_id or "",
-                                           identity.producer_id, identity.epoch)
-            self._closed = True
-            self._core.close()
-            self._sender.stop()
+            prepared = self._hand_over()
         self._sender.join(max(_JOIN_MIN, deadline - time.monotonic()))
         self._finalizer.detach()
+        return prepared
+
+    def _prepared_yet(self) -> bool:
+        """prepare_transaction()'s look (both fronts'): whether everything of the open
+        transaction is written and registered.
+
+        Raises:
+            EosError: the transaction failed (its error), or IllegalStateError: none is open.
+        """
+        state = self._core.state
+        if state is not State.IN_TRANSACTION:
+            error = self._core.error
+            if error is not None:
+                raise error
+            raise IllegalStateError(f"prepare_transaction() needs an open transaction; "
+                                    f"the producer is {state.value}")
+        return not self._core.waiting_for() and not self._sender.incomplete()
+
+    def _not_prepared(self, seconds: float) -> KafkaTimeoutError:
+        return KafkaTimeoutError(f"prepare_transaction(): still waiting for "
+                                 f"{sorted(w.value for w in self._core.waiting_for())} "
+                                 f"after {seconds:g} s")
+
+    def _hand_over(self) -> PreparedTransaction:
+        """Give the prepared transaction's identity away and stop (no abort)."""
+        identity = self._core.identity
+        prepared = PreparedTransaction(self.config.transactional_id or "",
+                                       identity.producer_id, identity.epoch)
+        self._closed = True
+        self._core.close()
+        self._sender.stop()
         return prepared
 
     # -- records --------------------------------------------------------------------------------
@@ -428,6 +444,21 @@ class TransactionalProducer:
         ks, vals = self._checker.many(values, keys)
         hs = None if headers is None else self._checker.many_headers(headers, ks, vals)
         return self._queue_batch(name, number, ks, vals, hs)
+
+    def _send_run(self, topic: str, values: Sequence[object], keys: Sequence[object] | None,
+                  headers: list[list[Header]]) -> None:
+        """:meth:`send_batch` for records whose headers the caller made, ``(str, bytes)`` pairs
+        (the processor's copy: ``eos.src``), so they are not checked again: the keys and values
+        are, and every record's size once one may come near ``max.request.size``."""
+        ks, vals = self._checker.many(values, keys)
+        header_bytes = max((len(k) * 4 + len(v or b"") + 10 for h in headers[-1:] for k, v in h),
+                           default=0)  # the last has the longest offset: the longest header
+        room = self.config.max_request_size - _RUN_SLACK - header_bytes
+        if max(map(len, filter(None, vals)), default=0) + max(
+                map(len, filter(None, ks or ())), default=0) > room:
+            self.send_batch(topic, vals, ks, headers=headers)  # checked record by record
+        else:
+            self._queue_batch(args.topic_of(topic), None, ks, vals, headers)
 
     def _queue_batch(self, name: str, number: int | None, ks: list[bytes | None] | None,
                      vals: list[bytes | None], hs: list[list[Header]] | None,

@@ -175,6 +175,11 @@ def test_commit_seek_and_ends_on_an_assigned_partition(
             assert (await again.poll(TIMEOUT))[0].value == b"4"
             with pytest.raises(KafkaTimeoutError):
                 await again.committed([tp], timeout=0)
+            again.seek(tp, 6)
+            # records(): one record a poll, ends after idle_timeout without one
+            rest = [r.value async for r in again.records(idle_timeout=0.5, poll_timeout=0.2)]
+            assert rest == [b"6", b"7", b"8", b"9"]
+            assert await again.position(tp, TIMEOUT) == 11  # past the commit marker
 
     run_async(main())
 

@@ -19,11 +19,13 @@ from eosclient import (
     FencedError,
     IllegalStateError,
     InvalidGroupIdError,
+    PreparedTransaction,
     RecordMetadata,
     RecordTypeError,
     TopicPartition,
     TransactionalProducer,
     UnknownPartitionError,
+    end_prepared,
 )
 from eosclient.aio import AsyncTransactionalProducer
 from eosclient.testing import topics
@@ -227,3 +229,28 @@ def test_an_error_in_the_block_aborts_and_the_next_transaction_commits(
 
     run_async(main())
     assert committed_values(broker, topic, 1) == [b"kept"]
+
+
+def test_a_prepared_transaction_is_handed_over_and_ended_by_its_identity(
+        broker: RunningBroker, unique_name: Callable[[str], str], run_async: Run) -> None:
+    topic = topics.create_topic(broker, unique_name("t"), 1)
+
+    async def main() -> PreparedTransaction:
+        producer = AsyncTransactionalProducer(broker.bootstrap_servers,
+                                              transactional_id=unique_name("tx"))
+        await producer.start()
+        await producer.init_transactions(TIMEOUT)
+        with pytest.raises(IllegalStateError, match="needs an open transaction"):
+            await producer.prepare_transaction(TIMEOUT)
+        producer.begin_transaction([TopicPartition(topic, 0)])
+        await producer.send(topic, b"prepared", partition=0)
+        prepared = await producer.prepare_transaction(TIMEOUT)
+        with pytest.raises(IllegalStateError):
+            producer.begin_transaction()  # closed: the identity was given away
+        await producer.close()  # (nothing to abort: a no-op)
+        return prepared
+
+    prepared = run_async(main())
+    assert committed_values(broker, topic, 1) == []  # still open, below the LSO
+    end_prepared(broker.bootstrap_servers, [prepared], commit=True, timeout=TIMEOUT)
+    assert committed_values(broker, topic, 1) == [b"prepared"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -9,6 +10,7 @@ import time
 import pytest
 
 from eosclient import ClientStats, ReadCommittedConsumer, TopicPartition, TransactionalProducer
+from eosclient.aio import AsyncReadCommittedConsumer, AsyncTransactionalProducer
 from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 
@@ -78,6 +80,46 @@ def test_a_failing_stats_cb_is_logged_and_called_again(noida_broker: RunningBrok
         while len(calls) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
     assert len(calls) >= 2
+    assert "stats_cb raised" in caplog.text and "exporter down" in caplog.text
+
+
+@pytest.mark.noida
+def test_the_asyncio_clients_call_stats_cb_from_the_loop(
+        noida_broker: RunningBroker, topic_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    # The asyncio front once left stats_cb uncalled (the sync front's reporter is a thread).
+    topics.create_topic(noida_broker, topic_name)
+    tp = TopicPartition(topic_name, 0)
+    plain: list[tuple[ClientStats, threading.Thread]] = []
+    awaited: list[ClientStats] = []
+
+    async def export(stats: ClientStats) -> None:  # a coroutine: run as a task
+        await asyncio.sleep(0)
+        awaited.append(stats)
+        raise RuntimeError("exporter down")
+
+    async def main() -> None:
+        async with AsyncTransactionalProducer(
+                noida_broker.bootstrap_servers, transactional_id=f"{topic_name}-p",
+                config={"statistics.interval.ms": 50,
+                        "stats_cb": lambda s: plain.append((s, threading.current_thread()))},
+        ) as producer:
+            await producer.init_transactions(TIMEOUT)
+            async with producer.transaction(partitions=[tp]):
+                await producer.send(topic_name, b"a", partition=0)
+            while len(plain) < 2:
+                await asyncio.sleep(0.05)
+        count = len(plain)
+        async with AsyncReadCommittedConsumer(
+                noida_broker.bootstrap_servers,
+                config={"statistics.interval.ms": 50, "stats_cb": export}):
+            while len(awaited) < 2:
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+        assert len(plain) == count  # closing stopped the reports
+
+    asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+    assert {thread for _, thread in plain} == {threading.main_thread()}  # the loop's thread
+    assert plain[-1][0].client == "producer" and awaited[-1].client == "consumer"
     assert "stats_cb raised" in caplog.text and "exporter down" in caplog.text
 
 

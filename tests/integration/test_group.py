@@ -331,10 +331,11 @@ def test_a_member_that_lost_its_generation_gets_on_lost_not_on_revoke(
     assert calls[0] == ("lost", 2)  # then ("revoke", 2) at close
 
 
-def _join_and_go_silent(broker: RunningBroker, group: str, topic: str) -> str:
+def _join_and_go_silent(broker: RunningBroker, group: str, topic: str,
+                        session_ms: int = 60_000) -> str:
     """A member that joins (and syncs) once, then is never heard from: every later rebalance
     waits for it (for its session, or, on noida-db, for its rebalance timeout). Its id."""
-    settings = {"session_timeout_ms": 60_000, "rebalance_timeout_ms": 60_000,
+    settings = {"session_timeout_ms": session_ms, "rebalance_timeout_ms": 60_000,
                 "protocols": [("range", wire.subscription_bytes([topic]))]}
     with BlockingConnection(broker.host, broker.port, client_id="silent") as conn:
         joined = conn.request(wire.join_group(group, "", **settings), timeout=60)
@@ -357,12 +358,14 @@ def _members(broker: RunningBroker, group: str) -> list[str]:
 
 
 def test_a_member_closed_while_its_join_is_held_leaves_at_once(
-        broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+        noida_broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
     # The LeaveGroup of a member closed while joining used to queue behind its own JoinGroup on
     # the coordinator connection, where the coordinator held the join for the rebalance: it was
     # never read, close() waited 5 s for nothing, and the group kept waiting for a member that
     # was gone (on noida-db for the departed member's whole max.poll.interval.ms: the nemesis
-    # saw a group stalled for minutes). JoinGroup now has a connection of its own.
+    # saw a group stalled for minutes). JoinGroup now has a connection of its own. (Tansu: the
+    # test below; it takes a held join in after the LeaveGroup, whatever the client does.)
+    broker = noida_broker
     create_topic(broker, topic_name, 2)
     group = unique_name("group")
     silent = _join_and_go_silent(broker, group, topic_name)
@@ -376,3 +379,59 @@ def test_a_member_closed_while_its_join_is_held_leaves_at_once(
         consumer.close()
     assert _members(broker, group) == [silent]  # the LeaveGroup was read
     assert time.monotonic() - started < 4.0  # answered, not waited out (5 s)
+
+
+def _settled(member: Member, broker: RunningBroker, group: str) -> bool:
+    return len(member.consumer.assignment()) == PARTITIONS and len(_members(broker, group)) == 1
+
+
+def test_a_member_closed_while_its_join_is_held_does_not_keep_partitions(
+        tansu_broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    # Tansu holds a follower's JoinGroup 3 s before it takes it in. A LeaveGroup sent meanwhile
+    # (on the coordinator connection, not queued behind the join) is read first, and the join
+    # then admits the member again: gone, never heartbeating, and given partitions. The closing
+    # member leaves again if the join is answered before close() returns; if not, its session
+    # runs out and the live (static) member's generation must not keep the stale assignment
+    # (below). Either way every partition is the live member's again, and stays so.
+    broker = tansu_broker
+    create_topic(broker, topic_name)
+    group = unique_name("group")
+    live = Member(broker, group, topic_name, "live", Counter(),
+                  **{"group.instance.id": "live", "session.timeout.ms": 6000})
+    try:
+        wait_for(lambda: len(live.consumer.assignment()) == PARTITIONS, 90)
+        leaving = ReadCommittedConsumer(broker.bootstrap_servers, group_id=group,
+                                        config={"session.timeout.ms": 6000})
+        try:
+            leaving.subscribe([topic_name])
+            wait_for(lambda: leaving.poll(0.05) is not None and len(_members(broker, group)) == 2)
+        finally:
+            leaving.close()
+        time.sleep(4)  # past the 3 s Tansu holds the join
+        wait_for(lambda: _settled(live, broker, group), 60)
+        for _ in range(40):  # longer than the session: a re-admitted member would show
+            assert _settled(live, broker, group)
+            time.sleep(0.2)
+    finally:
+        live.stop()
+
+
+def test_the_partitions_of_a_member_gone_silent_are_assigned_again(
+        tansu_broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    # When a member's session runs out, Tansu asks one static member to rejoin, then answers
+    # that rejoin with the same generation and hands out that generation's assignment again:
+    # the silent member's partitions stayed assigned to it, read by nobody, for good (the
+    # nemesis's stalls). The member that sees the same generation leaves and joins anew, which
+    # starts a new generation. (noida-db expires no session in a stable group: docs/testing.md)
+    broker = tansu_broker
+    create_topic(broker, topic_name)
+    group = unique_name("group")
+    live = Member(broker, group, topic_name, "live", Counter(),
+                  **{"group.instance.id": "live", "session.timeout.ms": 6000})
+    try:
+        wait_for(lambda: len(live.consumer.assignment()) == PARTITIONS, 90)
+        _join_and_go_silent(broker, group, topic_name, session_ms=6000)
+        wait_for(lambda: len(live.consumer.assignment()) < PARTITIONS, 60)  # shared now
+        wait_for(lambda: len(live.consumer.assignment()) == PARTITIONS, 60)  # all back
+    finally:
+        live.stop()

@@ -1,4 +1,6 @@
-"""ExactlyOnceProcessor against real brokers, judged by the checker (every count must be zero).
+"""ExactlyOnceProcessor and AsyncExactlyOnceProcessor against real brokers, judged by the
+checker (every count must be zero). Every scenario runs on both fronts (the ``front`` fixture):
+they drive the same steps, so they must pass the same tests.
 
 Group tests run on noida-db (its group join takes ~0.4 s); one simple copy runs on Tansu, whose
 join takes ~23 s.
@@ -6,6 +8,7 @@ join takes ~23 s.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -22,10 +25,12 @@ from eosclient import (
     ConsumerRecord,
     ExactlyOnceProcessor,
     OutputRecord,
+    ProcessorStats,
     ReadCommittedConsumer,
     TopicPartition,
     TransactionalProducer,
 )
+from eosclient.aio import AsyncExactlyOnceProcessor
 from eosclient.errors import AbortableError, ApiKey, FatalError
 from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
@@ -36,6 +41,26 @@ pytestmark = pytest.mark.broker
 
 PARTITIONS = 3
 Names = Callable[[str], str]
+AnyProcessor = ExactlyOnceProcessor | AsyncExactlyOnceProcessor
+
+
+class Front:
+    """Which processor runs a scenario: the sync one, or its asyncio twin (on a new loop)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.cls: type[AnyProcessor] = (ExactlyOnceProcessor if name == "sync"
+                                        else AsyncExactlyOnceProcessor)
+
+    def run(self, copier: AnyProcessor, **limits: float | None) -> ProcessorStats:
+        if isinstance(copier, ExactlyOnceProcessor):
+            return copier.run(**limits)  # type: ignore[arg-type]
+        return asyncio.run(copier.run(**limits))  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=["sync", "aio"])
+def front(request: pytest.FixtureRequest) -> Front:
+    return Front(request.param)
 
 
 def create_topic(broker: RunningBroker, name: str, partitions: int = PARTITIONS) -> str:
@@ -54,38 +79,38 @@ def fill(broker: RunningBroker, unique_name: Names, count: int) -> tuple[str, st
     return source, sink
 
 
-def processor(bootstrap: str, source: str, sink: str, unique_name: Names,
-              **extra: object) -> ExactlyOnceProcessor:
+def processor(front: Front, bootstrap: str, source: str, sink: str, unique_name: Names,
+              **extra: object) -> AnyProcessor:
     options: dict = {"max_records_per_transaction": 50, "commit_interval_ms": 50,
                      "consumer_config": {"fetch.max.wait.ms": 100}, **extra}
-    return ExactlyOnceProcessor(bootstrap_servers=bootstrap, input_topics=[source],
-                                output_topic=sink, group_id=unique_name("g"),
-                                transactional_id=unique_name("t"), **options)
+    return front.cls(bootstrap_servers=bootstrap, input_topics=[source], output_topic=sink,
+                     group_id=unique_name("g"), transactional_id=unique_name("t"), **options)
 
 
-def test_copy_exactly_once(noida_broker: RunningBroker, unique_name: Names) -> None:
+def test_copy_exactly_once(front: Front, noida_broker: RunningBroker, unique_name: Names) -> None:
     source, sink = fill(noida_broker, unique_name, 300)
-    copier = processor(noida_broker.bootstrap_servers, source, sink, unique_name,
+    copier = processor(front, noida_broker.bootstrap_servers, source, sink, unique_name,
                        fn=lambda r: [(r.key, (r.value or b"") + b"!")])
-    stats = copier.run(max_records=300, timeout=30)
+    stats = front.run(copier, max_records=300, timeout=30)
     assert (stats.records_in, stats.records_out) == (300, 300)
     assert stats.transactions_committed >= 300 // 50 and stats.transactions_aborted == 0
     report = check(noida_broker.bootstrap_servers, source, sink)
     assert report.ok, str(report)
 
 
-def test_batch_fn_and_stop_from_another_thread(noida_broker: RunningBroker,
+def test_batch_fn_and_stop_from_another_thread(front: Front, noida_broker: RunningBroker,
                                                unique_name: Names) -> None:
     source, sink = fill(noida_broker, unique_name, 100)
 
     def twice(records: list[ConsumerRecord]) -> list[OutputRecord]:
         return [OutputRecord(r.value, source=r) for r in records for _ in range(2)]
 
-    copier = processor(noida_broker.bootstrap_servers, source, sink, unique_name, batch_fn=twice)
+    copier = processor(front, noida_broker.bootstrap_servers, source, sink, unique_name,
+                       batch_fn=twice)
     timer = threading.Timer(8, copier.stop)
     timer.start()
     try:
-        stats = copier.run(idle_timeout=3)
+        stats = front.run(copier, idle_timeout=3)
     finally:
         timer.cancel()
     assert (stats.records_in, stats.records_out) == (100, 200)
@@ -93,7 +118,7 @@ def test_batch_fn_and_stop_from_another_thread(noida_broker: RunningBroker,
     assert report.totals.duplicated == 100 and report.totals.lost == 0  # the fn doubled them
 
 
-def test_a_failing_transform_aborts_and_propagates(noida_broker: RunningBroker,
+def test_a_failing_transform_aborts_and_propagates(front: Front, noida_broker: RunningBroker,
                                                    unique_name: Names) -> None:
     source, sink = fill(noida_broker, unique_name, 60)
     group, txn = unique_name("g"), unique_name("t")
@@ -103,29 +128,30 @@ def test_a_failing_transform_aborts_and_propagates(noida_broker: RunningBroker,
             raise RuntimeError("boom")
         return [(record.key, record.value)]
 
-    def make(fn: Callable[..., object] | None) -> ExactlyOnceProcessor:
-        return ExactlyOnceProcessor(
+    def make(fn: Callable[..., object] | None) -> AnyProcessor:
+        return front.cls(
             bootstrap_servers=noida_broker.bootstrap_servers, input_topics=[source],
             output_topic=sink, group_id=group, transactional_id=txn, fn=fn,  # type: ignore[arg-type]
             max_records_per_transaction=10, consumer_config={"fetch.max.wait.ms": 100})
 
     with pytest.raises(RuntimeError, match="boom"):
-        make(explode).run(timeout=20)
-    make(None).run(idle_timeout=3, timeout=20)  # resumes from the committed offsets
+        front.run(make(explode), timeout=20)
+    front.run(make(None), idle_timeout=3, timeout=20)  # resumes from the committed offsets
     report = check(noida_broker.bootstrap_servers, source, sink)
     assert report.ok, str(report)
 
 
-def test_an_abortable_commit_is_redone(noida_broker: RunningBroker, unique_name: Names,
-                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_an_abortable_commit_is_redone(front: Front, noida_broker: RunningBroker,
+                                       unique_name: Names,
+                                       caplog: pytest.LogCaptureFixture) -> None:
     source, sink = fill(noida_broker, unique_name, 200)
     with KafkaProxy(noida_broker.host, noida_broker.port) as proxy:
         # The broker stores the offsets; the client is told the transaction failed (abortable).
         proxy.add_rule(Rule(api_key=ApiKey.TXN_OFFSET_COMMIT, nth=2,
                             action=RewriteError(22)))  # ILLEGAL_GENERATION (KIP-447)
-        copier = processor(proxy.bootstrap_servers, source, sink, unique_name)
+        copier = processor(front, proxy.bootstrap_servers, source, sink, unique_name)
         with caplog.at_level(logging.WARNING, "eosclient.processor"):
-            stats = copier.run(max_records=200, timeout=30)
+            stats = front.run(copier, max_records=200, timeout=30)
     assert stats.transactions_aborted == 1, caplog.text
     assert stats.records_in == 200
     report = check(noida_broker.bootstrap_servers, source, sink)
@@ -133,16 +159,16 @@ def test_an_abortable_commit_is_redone(noida_broker: RunningBroker, unique_name:
 
 
 def test_a_transaction_that_always_fails_gives_up_after_max_consecutive_aborts(
-        noida_broker: RunningBroker, unique_name: Names) -> None:
+        front: Front, noida_broker: RunningBroker, unique_name: Names) -> None:
     source, sink = fill(noida_broker, unique_name, 20)
     with KafkaProxy(noida_broker.host, noida_broker.port) as proxy:
         # A record the broker always refuses: retrying cannot help.
         proxy.add_rule(Rule(api_key=ApiKey.PRODUCE, action=ErrorResponse(10),  # too large
                             times=None))
-        copier = processor(proxy.bootstrap_servers, source, sink, unique_name,
+        copier = processor(front, proxy.bootstrap_servers, source, sink, unique_name,
                            max_consecutive_aborts=3)
         with pytest.raises(AbortableError, match="MESSAGE_SIZE_TOO_LARGE") as failed:
-            copier.run(timeout=30)
+            front.run(copier, timeout=30)
     assert "3 transactions in a row were aborted" in "".join(failed.value.__notes__)
     stats = copier.stats
     assert (stats.transactions_aborted, stats.transactions_committed) == (3, 0)
@@ -157,7 +183,7 @@ def test_a_transaction_that_always_fails_gives_up_after_max_consecutive_aborts(
     "registered a partition holding aborted records of its transactional.id and wrote nothing "
     "there; Kafka writes the marker", raises=FatalError, strict=True))])
 def test_transactions_after_an_abort_that_leave_its_partition_empty_commit(
-        noida_broker: RunningBroker, unique_name: Names, preregister: bool) -> None:
+        front: Front, noida_broker: RunningBroker, unique_name: Names, preregister: bool) -> None:
     """One input record per transaction, each output to partition (input offset % 3): after
     the 2nd transaction is aborted (its records written), later ones leave its partition
     empty. With every output partition registered at begin, noida-db turns that into FATAL."""
@@ -165,16 +191,17 @@ def test_transactions_after_an_abort_that_leave_its_partition_empty_commit(
     with KafkaProxy(noida_broker.host, noida_broker.port) as proxy:
         proxy.add_rule(Rule(api_key=ApiKey.TXN_OFFSET_COMMIT, nth=2,
                             action=RewriteError(22)))  # ILLEGAL_GENERATION, after the broker acted
-        copier = processor(proxy.bootstrap_servers, source, sink, unique_name,
+        copier = processor(front, proxy.bootstrap_servers, source, sink, unique_name,
                            max_records_per_transaction=1, preregister_partitions=preregister,
                            fn=lambda r: [OutputRecord(r.value, partition=r.offset % PARTITIONS)])
-        stats = copier.run(max_records=30, timeout=30)
+        stats = front.run(copier, max_records=30, timeout=30)
     assert (stats.records_in, stats.transactions_aborted) == (30, 1)
     report = check(noida_broker.bootstrap_servers, source, sink)
     assert report.ok, str(report)
 
 
-def test_killed_mid_run_then_restarted(noida_broker: RunningBroker, unique_name: Names) -> None:
+def test_killed_mid_run_then_restarted(front: Front, noida_broker: RunningBroker,
+                                       unique_name: Names) -> None:
     # SIGKILL an `eosclient copy` mid-run, start a processor with the same transactional.id: it
     # fences the zombie, the coordinator aborts what it left open, and (static membership: the
     # group.instance.id defaults to the transactional.id) it takes the dead member's place and
@@ -202,12 +229,11 @@ def test_killed_mid_run_then_restarted(noida_broker: RunningBroker, unique_name:
     finally:
         child.kill()
         child.wait(10)
-    again = ExactlyOnceProcessor(bootstrap_servers=noida_broker.bootstrap_servers,
-                                 input_topics=[source], output_topic=sink, group_id=group,
-                                 transactional_id=txn,
-                                 consumer_config={"fetch.max.wait.ms": 100, **session})
+    again = front.cls(bootstrap_servers=noida_broker.bootstrap_servers, input_topics=[source],
+                      output_topic=sink, group_id=group, transactional_id=txn,
+                      consumer_config={"fetch.max.wait.ms": 100, **session})
     started = time.monotonic()
-    stats = again.run(idle_timeout=2, timeout=40)
+    stats = front.run(again, idle_timeout=2, timeout=40)
     assert time.monotonic() - started < 20, "the restarted processor waited for the session"
     assert 0 < stats.records_in < 3000
     report = check(noida_broker.bootstrap_servers, source, sink)
@@ -215,8 +241,8 @@ def test_killed_mid_run_then_restarted(noida_broker: RunningBroker, unique_name:
 
 
 @pytest.mark.slow
-def test_copy_on_tansu_never_goes_back_past_its_own_commits(tansu_broker: RunningBroker,
-                                                            unique_name: Names) -> None:
+def test_copy_on_tansu_never_goes_back_past_its_own_commits(
+        front: Front, tansu_broker: RunningBroker, unique_name: Names) -> None:
     """Tansu applies the processor's offsets only once an earlier open transaction on its
     output partitions ends (test_tansu_quirks.py). Meanwhile a rewind after an abort must not
     go back to the offsets the group shows (it would copy committed records again), and
@@ -236,10 +262,10 @@ def test_copy_on_tansu_never_goes_back_past_its_own_commits(tansu_broker: Runnin
                                    action=RewriteError(22)))  # ILLEGAL_GENERATION (KIP-447)
         # The other transaction also holds the new partitions back (the processor waits for
         # the output to settle when partitions are assigned), for transaction.timeout.ms.
-        copier = processor(proxy.bootstrap_servers, source, sink, unique_name,
+        copier = processor(front, proxy.bootstrap_servers, source, sink, unique_name,
                            producer_config={"transaction.timeout.ms": 3000})
         runner = threading.Thread(target=lambda: results.append(
-            copier.run(max_records=150, timeout=90)))
+            front.run(copier, max_records=150, timeout=90)))
         runner.start()
         deadline = time.monotonic() + 90
         while copier.stats.records_in < 150 and time.monotonic() < deadline:
@@ -259,7 +285,7 @@ def test_copy_on_tansu_never_goes_back_past_its_own_commits(tansu_broker: Runnin
 
 
 def test_a_transaction_that_outlived_the_group_generation_is_aborted_not_committed(
-        noida_broker: RunningBroker, unique_name: Names) -> None:
+        front: Front, noida_broker: RunningBroker, unique_name: Names) -> None:
     # Used to break: a processor stalled past max.poll.interval.ms (or paused past its session)
     # committed its open transaction afterwards, though the group may have handed its partitions
     # to another member meanwhile (a duplicate on a broker that does not check a TxnOffsetCommit's
@@ -273,10 +299,11 @@ def test_a_transaction_that_outlived_the_group_generation_is_aborted_not_committ
             time.sleep(2.0)  # longer than max.poll.interval.ms below
         return [(record.key, record.value)]
 
-    copier = processor(noida_broker.bootstrap_servers, source, sink, unique_name, fn=slow_once,
+    copier = processor(front, noida_broker.bootstrap_servers, source, sink, unique_name,
+                       fn=slow_once,
                        consumer_config={"fetch.max.wait.ms": 100, "max.poll.interval.ms": 1500,
                                         "heartbeat.interval.ms": 200})
-    stats = copier.run(max_records=120, timeout=60)
+    stats = front.run(copier, max_records=120, timeout=60)
     assert stalled and stats.transactions_aborted >= 1
     report = check(noida_broker.bootstrap_servers, source, sink)
     assert report.ok, str(report)

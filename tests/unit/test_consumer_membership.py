@@ -278,6 +278,55 @@ def test_leave_sends_leave_group_once() -> None:
     assert m.poll(0.6, counts) == [] and m.state is State.UNJOINED
 
 
+@pytest.mark.parametrize(("code", "again"), [(0, True), (25, False)])  # 25: UNKNOWN_MEMBER_ID
+def test_a_join_answered_after_leave_is_left_again(code: int, again: bool) -> None:
+    # Tansu completes a JoinGroup it held after a LeaveGroup that overtook it (JoinGroup has a
+    # connection of its own) and so admits the member again: it would hold partitions, never
+    # heartbeat, and never be removed. The member waits for that answer and leaves again.
+    m, _ = stable()
+    m.on_response(one(m.poll(1.0, counts), "heartbeat"), beat(27), 1.0)  # a rebalance
+    m.revoked(1.0)
+    join = one(m.poll(1.0, counts), "join")
+    m.leave(2.0)
+    assert one(m.poll(2.0, counts), "leave").request.member_id == "m1"
+    assert m.pending  # the held JoinGroup's answer decides whether the member is out
+    m.on_response(join, joined(generation=6, code=code), 3.0)
+    sends = m.poll(3.0, counts)
+    assert [s.request.member_id for s in sends if s.kind == "leave"] == (["m1"] if again else [])
+    assert not m.pending and m.state is State.UNJOINED
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, dataclasses.replace(SETTINGS,
+                                                                   group_instance_id="i-1")])
+def test_a_rejoin_answered_with_the_same_generation_leaves_and_joins_anew(
+        settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
+    # Tansu answers a static member's rejoin after REBALANCE_IN_PROGRESS with the generation it
+    # was in, and its SyncGroup then hands out that generation's stale assignment: a departed
+    # member's partitions stayed unassigned for good. A LeaveGroup makes it start a new one.
+    m, _ = stable(settings=settings)
+    m.on_response(one(m.poll(1.0, counts), "heartbeat"), beat(27), 1.0)
+    m.revoked(1.0)
+    join = one(m.poll(1.0, counts), "join")
+    m.on_response(join, joined(generation=5), 2.0)  # generation 5 again, not 6
+    assert "answered the rejoin with the same generation" in caplog.text
+    leave = one(m.poll(2.0, counts), "leave")  # a static member too
+    assert leave.request.members[0].member_id == "m1"
+    assert leave.request.members[0].group_instance_id == settings.group_instance_id
+    assert m.state is State.JOINING and m.poll(2.5, counts) == []  # the join waits for it
+    m.on_response(leave, APIS[ApiKey.LEAVE_GROUP].response(
+        version=3, throttle_time_ms=0, error_code=0, members=[]), 3.0)
+    assert one(m.poll(3.0, counts), "join").request.member_id == ""  # a new member
+
+
+def test_a_rejoin_answered_with_a_new_generation_syncs() -> None:
+    m, _ = stable()
+    m.on_response(one(m.poll(1.0, counts), "heartbeat"), beat(27), 1.0)
+    m.revoked(1.0)
+    m.on_response(one(m.poll(1.0, counts), "join"), joined(generation=6), 2.0)
+    assert m.state is State.SYNCING and m.generation == 6
+    assert [s.kind for s in m.poll(2.0, counts)] == ["sync"]
+
+
 def reach(state: State) -> Membership:
     """A membership in ``state``, reached through public inputs only."""
     if state is State.UNJOINED:

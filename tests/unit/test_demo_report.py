@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from eosclient import processor
 from eosclient._demo import DemoResult, Screen, exit_status, render
 from eosclient._demo._copier import CopierCounts, counted
 from eosclient._demo._report import FaultOutcome
+from eosclient._processor import core
 from eosclient.testing.checker import Seen, compare
 
 INPUTS = [Seen(0, n, f"in/0/{n}") for n in range(4)]
@@ -84,9 +84,10 @@ def test_quiet_shows_nothing() -> None:
 
 
 def test_the_copier_counts_the_processors_own_log_lines() -> None:
-    # The demo counts transactions from these messages of eosclient.processor (as `eosclient copy
-    # --log-level debug` prints them): a reworded message must fail here, not hang the demo.
-    source = Path(processor.__file__).read_text()
+    # The demo counts transactions from these messages of the "eosclient.processor" logger (as
+    # `eosclient copy --log-level debug` prints them; the processor core logs them): a reworded
+    # message must fail here, not hang the demo.
+    source = Path(core.__file__).read_text()
     assert 'log.debug("committed %d in, %d out"' in source
     assert 'log.warning("transaction failed, aborting and rewinding: %r"' in source
     counts = CopierCounts()

@@ -1,4 +1,5 @@
-"""ExactlyOnceProcessor's settings are checked when it is built, before any connection."""
+"""The processors' settings are checked when one is built, before any connection (the sync
+processor and its asyncio twin check them in one place, ProcessorSettings)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,21 @@ from typing import Any
 import pytest
 
 from eosclient import ExactlyOnceProcessor, cli
+from eosclient.aio import AsyncExactlyOnceProcessor
+
+Processor = ExactlyOnceProcessor | AsyncExactlyOnceProcessor
 
 
-def build(**overrides: Any) -> ExactlyOnceProcessor:
+@pytest.fixture(params=[ExactlyOnceProcessor, AsyncExactlyOnceProcessor],
+                ids=lambda c: c.__name__)
+def kind(request: pytest.FixtureRequest) -> type[Processor]:
+    return request.param  # type: ignore[no-any-return]
+
+
+def build(kind: type[Processor], **overrides: Any) -> Processor:
     settings: dict[str, Any] = {"bootstrap_servers": "127.0.0.1:1", "input_topics": ["in"],
                                 "output_topic": "out", "group_id": "g", "transactional_id": "t"}
-    return ExactlyOnceProcessor(**{**settings, **overrides})
+    return kind(**{**settings, **overrides})
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
@@ -23,24 +33,27 @@ def build(**overrides: Any) -> ExactlyOnceProcessor:
     ({"commit_interval_ms": -1}, "commit_interval_ms"),
     ({"max_consecutive_aborts": 0}, "max_consecutive_aborts"),
 ])
-def test_a_bad_setting_is_refused_naming_it(overrides: dict[str, Any], message: str) -> None:
+def test_a_bad_setting_is_refused_naming_it(kind: type[Processor], overrides: dict[str, Any],
+                                            message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        build(**overrides)
+        build(kind, **overrides)
 
 
-def test_defaults_build_without_connecting() -> None:
-    processor = build(max_consecutive_aborts=None)
+def test_defaults_build_without_connecting(kind: type[Processor]) -> None:
+    processor = build(kind, max_consecutive_aborts=None)
     assert processor.stats.transactions_committed == 0
     assert processor.group_id == "g" and processor.output_topic == "out"
 
 
-def test_shared_config_reaches_both_clients_and_the_per_client_ones_win() -> None:
+def test_shared_config_reaches_both_clients_and_the_per_client_ones_win(
+        kind: type[Processor]) -> None:
     # Security settings had to be repeated in producer_config and consumer_config.
-    processor = build(config={"security.protocol": "SSL", "client.id": "shared"},
+    processor = build(kind, config={"security.protocol": "SSL", "client.id": "shared"},
                       consumer_config={"client.id": "reader"})
-    assert processor._producer_config == {"security.protocol": "SSL", "client.id": "shared"}
-    assert processor._consumer_config["security.protocol"] == "SSL"
-    assert processor._consumer_config["client.id"] == "reader"
+    settings = processor._core.settings
+    assert settings.producer_config == {"security.protocol": "SSL", "client.id": "shared"}
+    assert settings.consumer_config["security.protocol"] == "SSL"
+    assert settings.consumer_config["client.id"] == "reader"
 
 
 def test_copy_reads_a_config_file_and_x_options_for_both_clients(

@@ -124,6 +124,8 @@ class Membership:
         self._outbox: list[Send] = []
         self._step_at = float("inf")  # when the next JoinGroup or SyncGroup may go out
         self._waiting = False  # a JoinGroup or SyncGroup is in flight
+        self._join_sent: Send | None = None  # the JoinGroup in flight, even of an old attempt
+        self._reform_leave: Send | None = None  # the LeaveGroup the next JoinGroup waits for
         self._joined: Any = None  # the leader's JoinGroup answer, kept while it assigns
         self._protocol = ""
         self._assigned_from: dict[str, int] = {}  # the leader's partition counts
@@ -199,8 +201,13 @@ class Membership:
 
     @property
     def pending(self) -> bool:
-        """Whether requests wait for the next :meth:`poll` (a LeaveGroup after leave())."""
-        return bool(self._outbox)
+        """Whether requests wait for the next :meth:`poll` (a LeaveGroup after leave()), or a
+        dynamic member that left waits for the answer to a JoinGroup it sent before: a
+        coordinator that answers it after the LeaveGroup (Tansu) admits the member again, and
+        then it leaves again (:meth:`on_response`)."""
+        rejoined = (self.state is State.UNJOINED and self._join_sent is not None
+                    and self.settings.group_instance_id is None)
+        return bool(self._outbox) or rejoined
 
     def wants_coordinator(self) -> bool:
         """Whether the membership needs the coordinator (it is in the group or joining)."""
@@ -221,6 +228,7 @@ class Membership:
     def on_response(self, sent: Send, response: Any, now: float) -> None:
         """Read the answer to ``sent``."""
         self._check_stopped(now)
+        self._answered(sent, now)
         if sent.kind == "heartbeat":
             self._on_heartbeat(sent, response.error_code, now)
         elif sent.attempt == self.attempt and sent.kind in ("join", "sync"):
@@ -229,11 +237,20 @@ class Membership:
                 self._on_joined(response, now)
             else:
                 self._on_synced(response, now)
+        elif sent.kind == "join" and self.state is State.UNJOINED and not response.error_code:
+            # The LeaveGroup overtook a JoinGroup the coordinator held (they go on separate
+            # connections, so that a held join cannot hold a leave back) and the join, answered
+            # after it, admitted the member again. Out again, or it would keep partitions
+            # assigned and never heartbeat, and Tansu does not expire such a member.
+            log.debug("group %r: a JoinGroup answered after leaving admitted member %r again: "
+                      "leaving again", self.settings.group_id, response.member_id)
+            self._send_leave(response.member_id)
 
     def on_failure(self, sent: Send, error: EosError, now: float) -> None:
         """``sent`` got no answer (connection cut, timeout): find the coordinator again."""
         self._check_stopped(now)
         self.lookup.lost(now)
+        self._answered(sent, now)
         if sent.kind == "heartbeat":
             self._heartbeat_in_flight = False
             self._heartbeat_at = now + self.settings.retry_backoff
@@ -244,21 +261,61 @@ class Membership:
 
     # -- answers --------------------------------------------------------------------------------
 
+    def _answered(self, sent: Send, now: float) -> None:
+        """Bookkeeping of any answer (or failure): the JoinGroup in flight, and the LeaveGroup
+        that a JoinGroup waits for (:meth:`_reform`; sent on separate connections, the join
+        could overtake it)."""
+        if sent is self._join_sent:
+            self._join_sent = None
+        if sent is self._reform_leave:
+            self._reform_leave = None
+            if self.state is State.JOINING:
+                self._step_at = now
+
     def _on_joined(self, response: Any, now: float) -> None:
         code = response.error_code
         log.debug("group %r: JoinGroup answered %d, generation %d, member %r, leader %r, "
                   "%d members", self.settings.group_id, code, response.generation_id,
                   response.member_id, response.leader, len(response.members or ()))
+        if response.members:  # the leader: who it assigns to, by member and instance id
+            log.debug("group %r: members %s", self.settings.group_id,
+                      ", ".join(f"{m.member_id!r} ({getattr(m, 'group_instance_id', None)!r})"
+                                for m in response.members))
         if code:
             self._on_error(ApiKey.JOIN_GROUP, code, now, member_id=response.member_id)
             return
         self._failures = 0
+        if 0 <= self.generation == response.generation_id and self.member_id == response.member_id:
+            self._reform(now)
+            return
         self.member_id, self.generation = response.member_id, response.generation_id
         self.last_joined = (response.generation_id, response.member_id)
         self._protocol = response.protocol_name or ""
         self._joined = response if response.leader == response.member_id else _FOLLOWER
         self._heartbeat_at = now + self.settings.heartbeat_interval
         self._transition(Input.RECV_JOINED, now)
+
+    def _reform(self, now: float) -> None:
+        """The coordinator asked this member to rejoin its generation (REBALANCE_IN_PROGRESS,
+        or it is the leader and the partition counts changed), then answered the rejoin with
+        that same generation: it started no rebalance, and its SyncGroup would hand out the
+        generation's old assignment. Kafka always starts a new generation then. Tansu does not
+        for static members: the partitions of a member that left or whose session ran out stay
+        assigned to it, with nobody reading them, for good. A LeaveGroup makes any coordinator
+        start a new generation, which every member joins; so this member leaves (static or
+        not) and joins again once that is answered, as a new member."""
+        log.warning("group %r: the coordinator asked for a rebalance of generation %d, then "
+                    "answered the rejoin with the same generation (it would keep that "
+                    "generation's assignment, with the partitions of departed members read by "
+                    "nobody): leaving and joining again to start a new generation",
+                    self.settings.group_id, self.generation)
+        self._reform_leave = Send(wire.leave_group(
+            self.settings.group_id, self.member_id,
+            group_instance_id=self.settings.group_instance_id,
+            reason="the coordinator did not start a new generation"), "leave", self.attempt)
+        self._outbox.append(self._reform_leave)
+        self.member_id, self.generation = "", -1
+        self._step_at = float("inf")  # until the LeaveGroup is answered (on_response)
 
     def _on_synced(self, response: Any, now: float) -> None:
         code = response.error_code
@@ -267,6 +324,8 @@ class Membership:
             self._on_error(ApiKey.SYNC_GROUP, code, now)
             return
         self.assignment = wire.read_assignment(response.assignment)
+        log.info("group %r: generation %d assigns %s", self.settings.group_id, self.generation,
+                 _partitions(self.assignment))
         self._heard_at = self._polled_at = now
         self._heartbeat_at = now + self.settings.heartbeat_interval
         self._transition(Input.RECV_SYNCED, now)
@@ -350,8 +409,9 @@ class Membership:
         self._waiting = True
         log.debug("group %r: JoinGroup, member %r, instance %r", settings.group_id,
                   self.member_id, settings.group_instance_id)
-        self._outbox.append(Send(request, "join", self.attempt,
-                                 settings.rebalance_timeout + _JOIN_GRACE))
+        self._join_sent = Send(request, "join", self.attempt,
+                               settings.rebalance_timeout + _JOIN_GRACE)
+        self._outbox.append(self._join_sent)
 
     def _send_sync(self, counts: Counts) -> None:
         assignments: dict[str, bytes] = {}
@@ -389,10 +449,12 @@ class Membership:
         result = assignor(self._assigned_from, subscriptions, instances)
         return {member: wire.assignment_bytes(tps) for member, tps in result.items()}
 
-    def _send_leave(self) -> None:
-        """LeaveGroup, for a dynamic member only (a static one keeps its place: see above)."""
+    def _send_leave(self, member_id: str | None = None) -> None:
+        """LeaveGroup for this member (or ``member_id``), for a dynamic member only (a static
+        one keeps its place: see above)."""
         if self.settings.group_instance_id is None:
-            self._outbox.append(Send(wire.leave_group(self.settings.group_id, self.member_id),
+            self._outbox.append(Send(wire.leave_group(self.settings.group_id,
+                                                      member_id or self.member_id),
                                      "leave", self.attempt))
 
     def _heartbeat_due(self, now: float) -> bool:
@@ -472,3 +534,11 @@ class Membership:
 
 
 _FOLLOWER: Final = object()  # _joined for a member that is not the leader
+
+
+def _partitions(partitions: Iterable[TopicPartition]) -> str:
+    """``topic[0,2,5]``, topic by topic, for a log line; ``nothing`` for none."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return " ".join(f"{t}{sorted(ps)}" for t, ps in sorted(by_topic.items())) or "nothing"

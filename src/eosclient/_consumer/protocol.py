@@ -184,13 +184,12 @@ def heartbeat(group_id: str, generation_id: int, member_id: str, *,
                                           group_instance_id=group_instance_id)
 
 
-def leave_group(group_id: str, member_id: str, *,
-                group_instance_id: str | None = None) -> Any:
+def leave_group(group_id: str, member_id: str, *, group_instance_id: str | None = None,
+                reason: str = "the consumer is closing") -> Any:
     """LeaveGroup for this member (v0-v2 ``member_id``, v3+ ``members``)."""
     cls = APIS[ApiKey.LEAVE_GROUP].request
     return cls(group_id=group_id, member_id=member_id, members=[cls.MemberIdentity(
-        member_id=member_id, group_instance_id=group_instance_id,
-        reason="the consumer is closing")])
+        member_id=member_id, group_instance_id=group_instance_id, reason=reason)])
 
 
 # -- offsets --------------------------------------------------------------------------------------

@@ -16,10 +16,11 @@ from collections.abc import Mapping
 
 from eosclient._core.types import TopicPartition
 from eosclient._net.backoff import Backoff
+from eosclient._processor.steps import Io, Steps, drive
 from eosclient.consumer import ReadCommittedConsumer
 from eosclient.errors import KafkaTimeoutError
 
-__all__ = ["await_committed"]
+__all__ = ["await_committed", "committed_steps"]
 
 _BACKOFF = Backoff(0.01, 0.25)
 
@@ -32,10 +33,17 @@ def await_committed(consumer: ReadCommittedConsumer, offsets: Mapping[TopicParti
         KafkaTimeoutError: not within ``timeout``; the message names what was read.
         EosError: the coordinator refused.
     """
+    drive(committed_steps(offsets, timeout), {"consumer": consumer, "front": time})
+
+
+def committed_steps(offsets: Mapping[TopicPartition, int], timeout: float) -> Steps[None]:
+    """:func:`await_committed` as steps (:mod:`eosclient._processor.steps`): the ports are
+    ``consumer`` (``committed``) and ``front`` (``sleep``)."""
     deadline = time.monotonic() + timeout
     attempt = 0
     while True:
-        read = consumer.committed(offsets, max(deadline - time.monotonic(), 0.001))
+        read = yield Io("consumer", "committed",
+                        (list(offsets), max(deadline - time.monotonic(), 0.001)))
         behind = {tp: got for tp, offset in offsets.items()
                   if (got := read[tp]) is None or got < offset}
         if not behind:
@@ -46,4 +54,4 @@ def await_committed(consumer: ReadCommittedConsumer, offsets: Mapping[TopicParti
             shown = ", ".join(f"{tp.topic}/{tp.partition}: {got} (committed {offsets[tp]})"
                               for tp, got in sorted(behind.items()))
             raise KafkaTimeoutError(f"committed offsets not applied after {timeout:.1f}s: {shown}")
-        time.sleep(wait)
+        yield Io("front", "sleep", (wait,))

@@ -26,28 +26,27 @@ def frame(payload: bytes) -> bytes:
 class FrameDecoder:
     """Splits a byte stream into Kafka frames.
 
-    Each byte is copied once on its way from the socket to a frame: frames complete in the
-    buffer are cut out of it (one copy each), and the body of a frame that is not yet complete
-    is kept as the chunks the socket returned, joined once when the last one arrives (a
-    multi-megabyte Fetch answer used to be grown in the buffer, sliced out, and copied again).
+    The bytes received are kept as the chunks they came in, and joined only once they hold the
+    frame (or size header) at their head whole: a frame of several MiB arriving in socket-sized
+    pieces is copied once when it completes, not once per piece (a growing buffer cost ~30x
+    more on 6 MiB Fetch answers).
 
     Args:
         max_frame_size: frames announcing a larger size raise `ProtocolError`.
     """
 
-    __slots__ = ("_body", "_buffer", "_have", "_max_frame_size", "_need")
+    __slots__ = ("_chunks", "_have", "_max_frame_size", "_want")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
-        self._buffer = bytearray()
+        self._chunks: list[bytes] = []  # received, not yet a whole frame; in order
+        self._have = 0  # their length
+        self._want = _SIZE.size  # bytes needed before the head frame (or its header) is whole
         self._max_frame_size = max_frame_size
-        self._body: list[bytes] = []  # the chunks of an incomplete frame's body, and
-        self._have = 0  # how many bytes they hold,
-        self._need = 0  # of how many (0: no frame is incomplete; its bytes are in _buffer)
 
     @property
     def buffered(self) -> int:
         """Bytes received that do not yet form a whole frame."""
-        return len(self._buffer) + self._have
+        return self._have
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Take more bytes from the stream; return the frames they complete, in order.
@@ -60,41 +59,60 @@ class FrameDecoder:
             ProtocolError: a frame announced a negative size (the stream has lost its framing);
                 close the connection.
         """
+        if data:
+            self._chunks.append(data if type(data) is bytes else bytes(data))
+            self._have += len(data)
+        if self._have < self._want:
+            return []  # the head frame is still arriving: nothing to copy yet
+        chunks = self._chunks
         frames: list[bytes] = []
-        if self._need:
-            chunk = bytes(data)
-            if self._have + len(chunk) < self._need:
-                self._body.append(chunk)
-                self._have += len(chunk)
-                return frames
-            rest = self._need - self._have  # the body's last bytes; the next frames follow
-            self._body.append(chunk[:rest] if rest < len(chunk) else chunk)
-            frames.append(b"".join(self._body))
-            self._body, self._have, self._need = [], 0, 0
-            data = memoryview(chunk)[rest:]
-        self._buffer += data
-        start = 0
-        end = len(self._buffer)
-        with memoryview(self._buffer) as view:
-            while end - start >= _SIZE.size:
-                (size,) = _SIZE.unpack_from(view, start)
-                if size < 0:
-                    raise ProtocolError(f"frame size {size} is negative; the stream is not "
-                                        "Kafka or is corrupt")
-                if size > self._max_frame_size:
-                    if frames:  # hand these over first; the next feed() raises (the header
-                        break  # stays)
-                    raise ResponseTooLargeError(
-                        f"an answer of {size} bytes is over receive.message.max.bytes "
-                        f"({self._max_frame_size})", size=size, limit=self._max_frame_size)
-                body_start = start + _SIZE.size
-                if end - body_start < size:  # incomplete: collect its body in chunks
-                    self._body = [bytes(view[body_start:end])]
-                    self._have, self._need = end - body_start, size
-                    start = end
-                    break
-                frames.append(bytes(view[body_start : body_start + size]))
-                start = body_start + size
-        if start:
-            del self._buffer[:start]
+        if len(chunks) > 1 and self._want > _SIZE.size:  # a frame that came in pieces
+            head, buffer = self._take_head(chunks)
+            frames.append(head)
+        else:
+            buffer = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        more, start = self._split(buffer)
+        frames += more
+        rest = buffer[start:] if start else buffer  # within the last chunk (the rest came whole)
+        self._chunks = [rest] if rest else []
+        self._have = len(rest)
         return frames
+
+    def _take_head(self, chunks: list[bytes]) -> tuple[bytes, bytes]:
+        """The head frame, whole now, joined with one copy (its header left out), and the
+        bytes after it. The frame ends in the last chunk: before it came, it was not whole;
+        and its header is in the first (``_split`` read it from there)."""
+        need = self._want - len(chunks[0])
+        parts = [chunks[0][_SIZE.size :]]
+        for chunk in chunks[1:-1]:
+            parts.append(chunk)
+            need -= len(chunk)
+        last = chunks[-1]
+        parts.append(last[:need] if need < len(last) else last)
+        return b"".join(parts), last[need:]
+
+    def _split(self, buffer: bytes) -> tuple[list[bytes], int]:
+        """The whole frames at the head of ``buffer``, and where the rest starts; sets what the
+        next frame needs (``_want``)."""
+        frames: list[bytes] = []
+        start = 0
+        end = len(buffer)
+        self._want = _SIZE.size
+        while end - start >= _SIZE.size:
+            (size,) = _SIZE.unpack_from(buffer, start)
+            if size < 0:
+                raise ProtocolError(f"frame size {size} is negative; the stream is not Kafka "
+                                    "or is corrupt")
+            if size > self._max_frame_size:
+                if frames:  # hand these over first; the next feed() raises (the header stays)
+                    break
+                raise ResponseTooLargeError(
+                    f"an answer of {size} bytes is over receive.message.max.bytes "
+                    f"({self._max_frame_size})", size=size, limit=self._max_frame_size)
+            if end - start - _SIZE.size < size:
+                self._want = _SIZE.size + size
+                break
+            body_start = start + _SIZE.size
+            frames.append(buffer[body_start : body_start + size])
+            start = body_start + size
+        return frames, start

@@ -8,9 +8,11 @@ and state rules, driven by the event loop instead of an I/O thread (see docs/asy
 from __future__ import annotations
 
 from eosclient.aio.consumer import AsyncReadCommittedConsumer, AsyncRebalanceCallback
+from eosclient.aio.processor import AsyncExactlyOnceProcessor
 from eosclient.aio.producer import AsyncTransactionalProducer, Delivery
 
 __all__ = [
+    "AsyncExactlyOnceProcessor",
     "AsyncReadCommittedConsumer",
     "AsyncRebalanceCallback",
     "AsyncTransactionalProducer",

@@ -23,7 +23,7 @@ import inspect
 import logging
 import ssl
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from eosclient._args import timeout_of
@@ -32,6 +32,7 @@ from eosclient._consumer.partitions import ConsumerRecord, Followup
 from eosclient._core.records import Deserializer
 from eosclient._core.types import TopicPartition
 from eosclient._net.loop_driver import LoopDriver
+from eosclient._stats_reporter import LoopStatsReporter
 from eosclient.config import ConsumerConfig
 from eosclient.consumer import (
     ReadCommittedConsumer,
@@ -104,6 +105,10 @@ class AsyncReadCommittedConsumer:
         if self._driver is None:
             self._driver = LoopDriver(self._sync._loop)
             self._driver.start()
+            cfg = self.config
+            if cfg.stats_cb is not None:
+                self._sync._reporter = LoopStatsReporter(cfg.statistics_interval_ms / 1000,
+                                                         self.stats, cfg.stats_cb)
 
     async def __aenter__(self) -> AsyncReadCommittedConsumer:
         await self.start()
@@ -126,6 +131,8 @@ class AsyncReadCommittedConsumer:
             sync._finalizer.detach()
             loop.client.close()
             return
+        if sync._reporter is not None:
+            sync._reporter.stop()
         owned = list(sync._assignment.states) if sync._mode is _Mode.SUBSCRIBE else []
         if owned and self._on_revoke is not None:
             try:
@@ -203,8 +210,8 @@ class AsyncReadCommittedConsumer:
         return self._sync.paused()
 
     def stats(self) -> ClientStats:
-        """As :meth:`ReadCommittedConsumer.stats` (``stats_cb`` is not called by the asyncio
-        front yet: call this)."""
+        """As :meth:`ReadCommittedConsumer.stats` (``stats_cb`` is called with it every
+        ``statistics.interval.ms`` from the loop; a coroutine function's runs as a task)."""
         return self._sync.stats()
 
     def in_generation(self) -> bool:
@@ -257,11 +264,35 @@ class AsyncReadCommittedConsumer:
 
     async def getmany(self, timeout: float = 1.0, max_records: int | None = None,
                       ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """:meth:`poll`, grouped by partition (aiokafka's shape)."""
+        """:meth:`poll`, grouped by partition (aiokafka's shape). Without deserializers it
+        is :meth:`poll_batch`'s columns made records, one partition at a time (no
+        ``TopicPartition`` per record)."""
+        cfg = self.config
+        if cfg.key_deserializer is None and cfg.value_deserializer is None:
+            batch = await self.poll_batch(timeout, max_records)
+            return {tp: columns.records() for tp, columns in batch.items()}
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         for record in await self.poll(timeout, max_records):
             out.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
         return out
+
+    async def records(self, idle_timeout: float | None = None, poll_timeout: float = 1.0,
+                      ) -> AsyncIterator[ConsumerRecord]:
+        """As :meth:`ReadCommittedConsumer.records`: ``async for record in
+        consumer.records(idle_timeout=5)`` ends when the loop breaks, after ``idle_timeout``
+        seconds without a record (None: never), or once the consumer is closed. One record per
+        poll, so the position (and a :meth:`commit` inside the loop) never passes a record the
+        loop has not seen."""
+        idle = None if idle_timeout is None else timeout_of(idle_timeout, 0)
+        wait = timeout_of(poll_timeout, 0)
+        quiet_since = time.monotonic()
+        while not self._sync._closed:
+            got = await self.poll(wait if idle is None else min(wait, idle), max_records=1)
+            if got:
+                yield got[0]
+                quiet_since = time.monotonic()
+            elif idle is not None and time.monotonic() - quiet_since >= idle:
+                return
 
     def __aiter__(self) -> AsyncReadCommittedConsumer:
         return self

@@ -34,13 +34,16 @@ from concurrent.futures import Future
 from typing import Any, Generic, TypeVar
 
 from eosclient._args import timeout_of
+from eosclient._core.encoder import Header
 from eosclient._core.partitioner import Partitioner
+from eosclient._core.prepared import PreparedTransaction
 from eosclient._core.records import Serializer
 from eosclient._core.txn import Completion, State
 from eosclient._core.types import TopicPartition
 from eosclient._net.loop_driver import LoopDriver
 from eosclient._producer import args
 from eosclient._producer.results import RecordMetadata
+from eosclient._stats_reporter import LoopStatsReporter
 from eosclient.config import ProducerConfig
 from eosclient.errors import (
     AbortableError,
@@ -155,6 +158,10 @@ class AsyncTransactionalProducer:
         if self._driver is None:
             self._driver = LoopDriver(self._sync._sender)
             self._driver.start()
+            cfg = self.config
+            if cfg.stats_cb is not None:  # stopped by the sync producer's close()
+                self._sync._reporter = LoopStatsReporter(cfg.statistics_interval_ms / 1000,
+                                                         self.stats, cfg.stats_cb)
 
     async def __aenter__(self) -> AsyncTransactionalProducer:
         await self.start()
@@ -242,6 +249,28 @@ class AsyncTransactionalProducer:
             await self._abort_after(exc, timeout)
             raise
 
+    async def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+        """As :meth:`TransactionalProducer.prepare_transaction`: flush the open transaction
+        and hand it over without ending it (:func:`~eosclient.end_prepared` ends it); then
+        the producer is closed. Cancelled or timed out before the hand-over, the producer is
+        still open with its transaction: call again, or close it (which aborts)."""
+        driver, sync = self._driving(), self._sync
+        seconds = timeout_of(timeout, self.config.max_block_ms)
+        deadline = time.monotonic() + seconds
+        await self.flush(seconds)
+        sync._check_open()
+        while not sync._prepared_yet():
+            sync._sender.check_alive()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise sync._not_prepared(seconds)
+            await driver.changed(remaining)
+        with sync._lock:
+            prepared = sync._hand_over()
+        await driver.stopped_after(max(1.0, deadline - time.monotonic()))
+        sync._finalizer.detach()
+        return prepared
+
     # -- records --------------------------------------------------------------------------------
 
     async def send(self, topic: str, value: object, key: object = None, *,
@@ -268,6 +297,23 @@ class AsyncTransactionalProducer:
         return Delivery(sync.send(topic, value, key, partition=partition, headers=headers,
                                   timestamp_ms=timestamp_ms))
 
+    async def _send_many(self, topic: str,
+                         items: Iterable[tuple[object, object, int | None,
+                                               Sequence[tuple[str, Any]]]]) -> None:
+        """Queue ``(value, key, partition, headers)`` records as :meth:`send` does, without a
+        coroutine and a :class:`Delivery` each (the asyncio processor's writes: 15% of its
+        throughput). Waits only as :meth:`send` does, before a record is queued. (A turn
+        between records, so that full batches go out meanwhile, measured no faster: the
+        batches go out at the task's next await.)"""
+        self._driving()
+        sync = self._sync
+        send = sync.send
+        for value, key, partition, headers in items:
+            if (type(topic) is not str or sync._budget.full
+                    or sync._metadata.partition_count(topic) is None):
+                await self._await_room(topic)
+            send(topic, value, key, partition=partition, headers=headers)
+
     async def send_and_wait(self, topic: str, value: object, key: object = None, *,
                             partition: int | None = None,
                             headers: Sequence[tuple[str, Any]] | None = None,
@@ -289,6 +335,14 @@ class AsyncTransactionalProducer:
                                                   headers=headers))
         self._driving().pump()  # the full batches go out now (no await: see send)
         return delivery
+
+    async def _send_run(self, topic: str, values: Sequence[object],
+                        keys: Sequence[object] | None, headers: list[list[Header]]) -> None:
+        """As :meth:`send_batch` for records whose headers the caller made (the asyncio
+        processor's copy): ``TransactionalProducer._send_run``."""
+        await self._await_room(args.topic_of(topic))
+        self._sync._send_run(topic, values, keys, headers)
+        self._driving().pump()  # the full batches go out now (no await: see send)
 
     async def partitions_for(self, topic: str) -> list[TopicPartition]:
         """As :meth:`TransactionalProducer.partitions_for`."""
@@ -323,8 +377,8 @@ class AsyncTransactionalProducer:
             sender.flushing -= 1
 
     def stats(self) -> ClientStats:
-        """As :meth:`TransactionalProducer.stats` (``stats_cb`` is not called by the asyncio
-        front yet: call this)."""
+        """As :meth:`TransactionalProducer.stats` (``stats_cb`` is called with it every
+        ``statistics.interval.ms`` from the loop; a coroutine function's runs as a task)."""
         return self._sync.stats()
 
     def __repr__(self) -> str:

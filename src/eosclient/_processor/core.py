@@ -1,0 +1,532 @@
+"""The exactly-once processor's decisions, once, for both fronts.
+
+What the rules are and why: :mod:`eosclient.processor`'s docstring (the theory of operation).
+Here they are written as steps (:mod:`eosclient._processor.steps`): :class:`ProcessorCore`'s
+generator methods yield every I/O they need and take its result back, so
+:class:`~eosclient.ExactlyOnceProcessor` (sync clients, :func:`~eosclient._processor.steps.drive`)
+and :class:`~eosclient.aio.AsyncExactlyOnceProcessor` (async clients, awaited) run the same loop,
+commit, recovery, rebalance handling, fence probe and hand-over.
+
+The ports a front provides:
+
+* ``consumer``: a read_committed consumer (sync or async) with ``poll_batch``, ``assignment``,
+  ``committed``, ``seek``, ``seek_to_beginning``, ``group_metadata``, ``in_generation``,
+  ``high_watermark``, ``last_stable_offset``, ``topic_metadata``;
+* ``producer``: a transactional producer with ``init_transactions``, ``partitions_for``,
+  ``begin_transaction``, ``send_offsets_to_transaction``, ``commit_transaction``,
+  ``abort_transaction``, ``flush``;
+* ``front``: ``open_producer()`` and ``open_consumer()`` (create them, subscribe with callbacks
+  that drive :meth:`ProcessorCore.on_assign`/``on_revoke``/``on_lost``; each returns the client's
+  settings), ``transform_each(records)`` (``[(record, outputs)]``, the transform awaited if it
+  is a coroutine), ``transform_batch(records)``, ``send_all(topic, items)`` (each item
+  ``(value, key, partition, headers)``, queued in order), ``send_copies(topic, runs)`` (each
+  run ``(values, keys or None, headers)``: one input partition's records, queued as the
+  producer's ``send_batch(topic, values, keys, headers=headers)`` queues them),
+  ``probe(topic, headers)`` (send one record to partition 0 and flush), ``backoff(seconds)``
+  (a wait that ``stop()`` ends early: whether it was stopped), ``sleep(seconds)`` and
+  ``close_clients()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eosclient._consumer.partitions import ConsumerRecord
+from eosclient._core.types import TopicPartition
+from eosclient._net.backoff import Backoff
+from eosclient._processor.stats import ProcessorStats, StatsCounter
+from eosclient._processor.steps import Io, Steps
+from eosclient._processor.visible import committed_steps
+from eosclient.errors import AbortableError, EosError, KafkaTimeoutError
+
+__all__ = ["SOURCE_HEADER", "OutputRecord", "ProcessorCore", "ProcessorSettings"]
+
+log = logging.getLogger("eosclient.processor")
+
+SOURCE_HEADER = "eos.src"  # "topic/partition/offset" of the input record an output came from
+_PROBE_HEADER = "eos.probe"  # an aborted record that proves the producer was not fenced
+_UNKNOWN_TOPIC = 3  # UNKNOWN_TOPIC_OR_PARTITION
+_COMMIT_ATTEMPTS = 3  # commit_transaction() calls (each resumes the last) before giving up
+_HANDOFF_TIMEOUT = 30.0  # seconds to wait for a revoked partition's committed offset to show
+_ABORT_BACKOFF = Backoff(0.05, 2.0)  # before the n-th retry after aborts in a row (none at 1)
+_SETTLE_BACKOFF = Backoff(0.01, 0.5)  # between looks at the output's LSO after an assignment
+_SETTLE_WARN = 2.0  # seconds of waiting for the output to settle before a WARNING
+
+Item = tuple[object, object, int | None, list[tuple[str, bytes | None]]]  # for send_all
+CopyRun = tuple[list[Any], list[Any] | None, list[list[tuple[str, bytes | None]]]]  # send_copies
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRecord:
+    """One record for the output topic, when a ``(key, value)`` pair is not enough.
+
+    Attributes:
+        value: bytes-like or None (or what the producer's value serializer takes).
+        key: bytes-like or None.
+        partition: The output partition; None lets the partitioner choose.
+        headers: Extra ``(str, bytes | None)`` headers (``eos.src`` is added to them).
+        source: The input record it came from; a ``batch_fn`` sets it so that the output gets
+            its ``eos.src`` header (``fn``'s outputs get it from their input record).
+    """
+
+    value: object
+    key: object = None
+    partition: int | None = None
+    headers: Sequence[tuple[str, bytes | None]] = ()
+    source: ConsumerRecord | None = None
+
+
+Output = OutputRecord | tuple[object, object]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorSettings:
+    """Both processors' constructor arguments, checked (their docstrings say what each means).
+
+    Raises:
+        ValueError: both ``fn`` and ``batch_fn``, no input topic, or a bad limit.
+    """
+
+    bootstrap_servers: str
+    input_topics: list[str]
+    output_topic: str
+    group_id: str
+    transactional_id: str
+    fn: Callable[[ConsumerRecord], Any] | None
+    batch_fn: Callable[[list[ConsumerRecord]], Any] | None
+    max_records_per_transaction: int
+    commit_interval_ms: int
+    preregister_partitions: bool
+    max_consecutive_aborts: int | None
+    producer_config: dict[str, object]
+    consumer_config: dict[str, object]
+
+    @classmethod
+    def of(cls, *, bootstrap_servers: str, input_topics: Sequence[str], output_topic: str,
+           group_id: str, transactional_id: str, fn: Callable[[ConsumerRecord], Any] | None,
+           batch_fn: Callable[[list[ConsumerRecord]], Any] | None,
+           max_records_per_transaction: int, commit_interval_ms: int,
+           preregister_partitions: bool, max_consecutive_aborts: int | None,
+           config: Mapping[str, object] | None, producer_config: Mapping[str, object] | None,
+           consumer_config: Mapping[str, object] | None) -> ProcessorSettings:
+        """Check the arguments and merge the three config mappings into two."""
+        if fn is not None and batch_fn is not None:
+            raise ValueError("give fn or batch_fn, not both")
+        if max_consecutive_aborts is not None and max_consecutive_aborts < 1:
+            raise ValueError("max_consecutive_aborts must be >= 1, or None (never give up)")
+        if isinstance(input_topics, str) or not input_topics:
+            raise ValueError("input_topics must be a non-empty list of topic names")
+        if max_records_per_transaction < 1 or commit_interval_ms < 0:
+            raise ValueError("max_records_per_transaction must be >= 1, commit_interval_ms >= 0")
+        shared = dict(config or {})
+        return cls(bootstrap_servers, list(input_topics), output_topic, group_id,
+                   transactional_id, fn, batch_fn, max_records_per_transaction,
+                   commit_interval_ms, preregister_partitions, max_consecutive_aborts,
+                   {**shared, **(producer_config or {})},
+                   {"auto.offset.reset": "earliest", "group.instance.id": transactional_id,
+                    **shared, **(consumer_config or {})})
+
+
+class _Txn:
+    """The open transaction: the next offset per input partition, and what it holds."""
+
+    def __init__(self, interval: float) -> None:
+        self.offsets: dict[TopicPartition, int] = {}
+        self.records_in = 0
+        self.records_out = 0
+        self.due = time.monotonic() + interval
+
+
+class ProcessorCore:
+    """One processor's state and decisions (the module docstring); ``run`` is the whole run.
+
+    ``stop_event`` and ``counter`` are safe from any thread; everything else belongs to the
+    steps being driven.
+    """
+
+    def __init__(self, settings: ProcessorSettings) -> None:
+        self.settings = settings
+        self.stop_event = threading.Event()
+        self.counter = StatsCounter()
+        self._interval = settings.commit_interval_ms / 1000
+        self._started = time.monotonic()
+        self._txn: _Txn | None = None
+        self._rewind = False
+        self._aborts_in_row = 0  # aborted transactions since the last commit
+        # What this instance committed for partitions it holds: the group must show it before
+        # a partition is handed over, and a rewind never goes back past it.
+        self._committed: dict[TopicPartition, int] = {}
+        self._outputs: list[TopicPartition] | None = None  # None: the count is not known
+        self._declared: list[TopicPartition] | None = None
+        self._session = 10.0  # the consumer's session.timeout.ms, in seconds, once open
+        self._txn_timeout = 60.0  # the producer's transaction.timeout.ms, in seconds, once open
+
+    def run(self, max_records: int | None, timeout: float | None,
+            idle_timeout: float | None) -> Steps[ProcessorStats]:
+        """The whole of ``run()``: open, loop, commit, close (the processors' ``run`` says
+        what ends it and what it raises)."""
+        self.stop_event.clear()
+        self.counter.started()
+        stop_at = time.monotonic() + timeout if timeout is not None else float("inf")
+        try:
+            yield from self._open(idle_timeout)
+            yield from self._loop(max_records, stop_at, idle_timeout)
+            yield from self._commit()
+        except BaseException:
+            yield from self._abort_quietly()
+            self._committed.clear()  # closing after a failure: do not wait on the broker again
+            raise
+        finally:
+            self._txn = None
+            try:
+                yield Io("front", "close_clients")  # on_revoke: nothing to commit, offsets to await
+            finally:
+                self._committed.clear()
+        stats = self.counter.snapshot()
+        log.info("processor stopped: %s", stats)
+        return stats
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def _loop(self, max_records: int | None, stop_at: float, idle: float | None) -> Steps[None]:
+        last_record, last_turn = self._started, time.monotonic()
+        assigned_once = False
+        while not self.stop_event.is_set():
+            now = time.monotonic()
+            if now - last_turn >= self._session and self._txn is None:
+                yield from self._prove_not_replaced()  # stopped for a session: a zombie now?
+            last_turn = now
+            if now >= stop_at:
+                return
+            if idle is not None and self._txn is None and now - last_record >= idle:
+                if not assigned_once:  # nothing was ever there to read: say why, fail
+                    raise (yield from self._never_assigned(now - self._started))
+                return
+            budget = self._budget(max_records)
+            if budget <= 0:
+                return
+            try:
+                read = yield from self._step(budget)
+                assigned = bool((yield Io("consumer", "assignment")))
+                assigned_once = assigned_once or assigned
+                if read or (assigned_once and not assigned):  # a rebalance: not idle
+                    last_record = time.monotonic()
+            except AbortableError as exc:
+                yield from self._recover(exc)
+
+    def _never_assigned(self, waited: float) -> Steps[KafkaTimeoutError]:
+        """The typed error for a run whose idle timeout passed with nothing ever assigned."""
+        settings = self.settings
+        topics = yield Io("consumer", "topic_metadata", (settings.input_topics,))
+        missing = [t for t, m in topics.items() if m.error is not None
+                   and m.error.code == _UNKNOWN_TOPIC]
+        known = [t for t, m in topics.items() if m.partitions is not None]
+        if missing:
+            why = f"input topic(s) {', '.join(missing)} do not exist (UNKNOWN_TOPIC_OR_PARTITION)"
+        elif not known:
+            why = (f"no broker of {settings.bootstrap_servers} answered Metadata (unreachable? "
+                   "see the WARNING lines)")
+        else:
+            why = f"the group {settings.group_id!r} join did not complete"
+        return KafkaTimeoutError(f"no input partition was assigned in {waited:.1f} s "
+                                 f"(idle_timeout): {why}")
+
+    def _budget(self, max_records: int | None) -> int:
+        """How many more input records this run may take into the open transaction."""
+        open_in = self._txn.records_in if self._txn else 0
+        room = self.settings.max_records_per_transaction - open_in
+        if max_records is not None:
+            room = min(room, max_records - self.counter.snapshot().records_in - open_in)
+        return room
+
+    def _step(self, budget: int) -> Steps[bool]:
+        """Poll once, process what came, commit if the transaction is full or due."""
+        if self._rewind:
+            yield from self._rewind_to_committed()
+        wait = 0.1 if self._txn is None else max(0.0, min(0.1, self._txn.due - time.monotonic()))
+        # columns: no object per record
+        batch = yield Io("consumer", "poll_batch", (wait,), {"max_records": budget})
+        count = sum(map(len, batch.values()))
+        if count:
+            if self._txn is None:  # none open, or on_revoke committed it inside poll()
+                yield from self._begin()
+            yield from self._process(batch, count)
+        txn = self._txn
+        if txn is not None and (txn.records_in >= self.settings.max_records_per_transaction
+                                or time.monotonic() >= txn.due or budget <= count):
+            yield from self._commit()
+        return bool(count)
+
+    def _begin(self) -> Steps[None]:
+        yield Io("producer", "begin_transaction", (self._declared, self.settings.group_id))
+        self._txn = _Txn(self._interval)
+
+    def _process(self, batch: dict[TopicPartition, Any], count: int) -> Steps[None]:
+        txn = self._open_txn()
+        settings = self.settings
+        items: list[Item]
+        if settings.batch_fn is not None:
+            records = [r for c in batch.values() for r in c.records()]
+            outputs = yield Io("front", "transform_batch", (records,))
+            items = [_item(output, None) for output in outputs]
+        elif settings.fn is not None:
+            records = [r for c in batch.values() for r in c.records()]
+            done = yield Io("front", "transform_each", (records,))
+            items = [_item(output, record) for record, outputs in done for output in outputs]
+        else:  # the default transform (key and value as they are), straight from the columns
+            runs = [_copies(columns) for columns in batch.values()]
+            yield Io("front", "send_copies", (settings.output_topic, runs))
+            txn.records_out += count
+            items = []
+        if items:
+            yield Io("front", "send_all", (settings.output_topic, items))
+            txn.records_out += len(items)
+        for tp, columns in batch.items():
+            txn.offsets[tp] = columns.next_offset
+        txn.records_in += count
+
+    def _commit(self) -> Steps[None]:
+        """Commit the open transaction (if any) with its input offsets.
+
+        Raises:
+            AbortableError: the transaction failed; it is still open (call ``_recover``).
+            KafkaTimeoutError: the commit did not finish after a few attempts.
+        """
+        txn = self._txn
+        if txn is None:
+            return
+        if txn.offsets:
+            metadata = yield Io("consumer", "group_metadata")
+            yield Io("producer", "send_offsets_to_transaction", (txn.offsets, metadata))
+        if not (yield Io("consumer", "in_generation")):
+            # Past the session (a pause, a stall): the group may have handed these partitions
+            # to another member, which starts from the offsets committed before. Committing now
+            # would write their outputs twice, on a broker that does not check the generation of
+            # a TxnOffsetCommit (KIP-447) as Kafka does. Checked by the clock, after the offsets
+            # were sent: a process resumed from a pause fails here, not after EndTxn.
+            raise AbortableError("the consumer lost its group generation during the transaction "
+                                 "(session or poll interval ran out): not committing")
+        for attempt in range(1, _COMMIT_ATTEMPTS + 1):
+            try:
+                yield Io("producer", "commit_transaction")
+                break
+            except KafkaTimeoutError:  # the same call resumes the same commit
+                if attempt == _COMMIT_ATTEMPTS:
+                    raise
+                log.warning("commit timed out (attempt %d); resuming it", attempt)
+        self._txn = None
+        self._aborts_in_row = 0
+        self._committed.update(txn.offsets)
+        self.counter.committed(txn.records_in, txn.records_out)
+        log.debug("committed %d in, %d out", txn.records_in, txn.records_out)
+
+    def _recover(self, exc: AbortableError) -> Steps[None]:
+        """Abort the failed transaction and rewind to the committed offsets, after a backoff
+        that grows with each abort in a row.
+
+        Raises:
+            AbortableError: ``exc``, once ``max_consecutive_aborts`` transactions in a row
+                failed (a record the broker always refuses, a topic not authorised: retrying
+                cannot help), with a note saying so.
+        """
+        log.warning("transaction failed, aborting and rewinding: %r", exc)
+        yield from self._abort()
+        self._aborts_in_row += 1
+        most = self.settings.max_consecutive_aborts
+        if most is not None and self._aborts_in_row >= most:
+            exc.add_note(f"the processor gave up: {self._aborts_in_row} transactions in "
+                         f"a row were aborted (max_consecutive_aborts)")
+            raise exc
+        yield from self._rewind_to_committed()
+        yield Io("front", "backoff", (_ABORT_BACKOFF.delay(self._aborts_in_row - 1),))
+
+    def _abort(self) -> Steps[None]:
+        if self._txn is not None:  # every transaction begun is tracked, failed ones included
+            self._txn = None
+            yield Io("producer", "abort_transaction")
+            self.counter.aborted()
+
+    def _abort_quietly(self) -> Steps[None]:
+        try:
+            yield from self._abort()
+        except EosError as exc:  # the original error is what the caller needs
+            log.warning("abort after a failure failed too: %r", exc)
+
+    def _rewind_to_committed(self) -> Steps[None]:
+        self._rewind = False
+        assigned = yield Io("consumer", "assignment")
+        if not assigned:
+            return
+        shown_now = yield Io("consumer", "committed", (assigned,))
+        for tp, shown in shown_now.items():
+            ours = self._committed.get(tp)  # the group may not show it yet (module docstring)
+            offset = ours if ours is not None and (shown is None or shown < ours) else shown
+            if offset is None:
+                yield Io("consumer", "seek_to_beginning", ([tp],))
+            else:
+                yield Io("consumer", "seek", (tp, offset))
+
+    # -- rebalances (the fronts' callbacks drive these) -----------------------------------------
+
+    def on_lost(self, partitions: list[TopicPartition]) -> Steps[None]:
+        """The group moved on without this member (its session ran out, e.g. the process was
+        paused): the partitions may already be another member's, so the open transaction is
+        aborted, never committed, and nothing is handed over."""
+        log.warning("partitions lost (the group generation ran out): aborting the open "
+                    "transaction; the next owner processes its records")
+        for tp in partitions:
+            self._committed.pop(tp, None)
+        if self._txn is not None:
+            yield from self._abort()  # a replacement fenced us: FencedError, and run() ends
+        else:
+            yield from self._prove_not_replaced()
+
+    def _prove_not_replaced(self) -> Steps[None]:
+        """A process that lost its generation, or whose loop did not turn for a whole session
+        (stopped, starved), may have been replaced meanwhile (a zombie). The group fences it
+        by ``group.instance.id`` where the broker keeps static members (KIP-345; Tansu does
+        not), and a transaction fences it by its epoch, but only when one reaches the broker:
+        a zombie with nothing to write would live on, and may join again and hold partitions.
+        So it writes one record in a transaction it aborts (read by no read_committed reader):
+        a newer epoch of the transactional.id refuses it, and ``FencedError`` ends ``run()``.
+        A Produce because Tansu checks the epoch only there and on TxnOffsetCommit.
+
+        Raises:
+            FencedError: replaced.
+        """
+        yield Io("producer", "begin_transaction")
+        yield Io("front", "probe", (self.settings.output_topic, [(_PROBE_HEADER, b"")]))
+        yield Io("producer", "abort_transaction")
+
+    def on_assign(self, partitions: list[TopicPartition]) -> Steps[None]:
+        """Before processing new partitions, let every transaction that was open on the output
+        end, then start from the offsets the group shows.
+
+        The previous owner may have lost the partitions involuntarily (paused past its session)
+        with a transaction open or just committed. On Kafka, an OffsetFetch with
+        ``require_stable`` waits for such a transaction; Tansu ignores ``require_stable`` and
+        applies a committed transaction's offsets only once the transactions that wrote earlier
+        to its output partitions have ended (the module docstring). Either way, once the output
+        partitions' last stable offsets pass their high watermarks of now, every transaction
+        that could move these partitions' offsets has ended, and the offsets read then are
+        final. The wait is bounded (:meth:`_await_output_settled`).
+        """
+        if not partitions:
+            return
+        yield from self._await_output_settled()
+        yield from self._rewind_to_committed()
+
+    def _await_output_settled(self) -> Steps[None]:
+        """Wait until the output's LSO reaches its high watermark of now, on every partition,
+        for at most the producer's ``transaction.timeout.ms``: a live instance's transaction
+        ends by then (the producer enforces it), so only a foreign writer's long transaction
+        or a stopped instance's can hold it longer, and then the processor goes on with a
+        WARNING (on Kafka and noida-db the offsets are final anyway; on Tansu they may be old).
+        """
+        marks = {}
+        for tp in self._outputs or []:
+            marks[tp] = yield Io("consumer", "high_watermark", (tp,))
+        started = time.monotonic()
+        warned = False
+        attempt = 0
+        while True:
+            open_ = []
+            for tp, mark in sorted(marks.items()):
+                if (yield Io("consumer", "last_stable_offset", (tp,))) < mark:
+                    open_.append(tp.partition)
+            waited = time.monotonic() - started
+            if not open_:
+                return
+            if waited >= self._txn_timeout:
+                log.warning("output %s partitions %s still hold a transaction open after %.0f s "
+                            "(transaction.timeout.ms): going on; on a broker that applies "
+                            "transactional offsets late (Tansu) records may be processed again",
+                            self.settings.output_topic, open_, waited)
+                return
+            if not warned and waited >= _SETTLE_WARN:
+                warned = True
+                log.warning("new partitions wait for open transactions on %s partitions %s to "
+                            "end (a paused or stopped instance?)", self.settings.output_topic,
+                            open_)
+            attempt += 1
+            if (yield Io("front", "backoff", (_SETTLE_BACKOFF.delay(attempt),))):
+                return
+
+    def on_revoke(self, partitions: list[TopicPartition]) -> Steps[None]:
+        """Finish the open transaction before the group takes partitions away, and wait until
+        the group shows what was committed for them."""
+        if self._txn is not None:
+            log.info("partitions revoked: committing the open transaction first")
+            try:
+                yield from self._commit()
+            except AbortableError as exc:
+                log.warning("commit before revocation failed, aborting: %r", exc)
+                yield from self._abort()
+                self._rewind = True  # partitions kept (if any) must go back to committed offsets
+        handed = {tp: self._committed.pop(tp) for tp in partitions if tp in self._committed}
+        if handed:
+            try:
+                yield from committed_steps(handed, _HANDOFF_TIMEOUT)
+            except EosError as exc:  # the group hands them over anyway: say what may follow
+                log.error("handing over partitions whose committed offsets the group does not "
+                          "show yet; the next owner may process records again: %r", exc)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _open(self, idle: float | None) -> Steps[None]:
+        settings = self.settings
+        self._started = time.monotonic()
+        producer_config = yield Io("front", "open_producer")
+        self._txn_timeout = producer_config.transaction_timeout_ms / 1000
+        # fences an older instance, settles what it left open
+        yield Io("producer", "init_transactions", (idle,))
+        self._outputs = yield from self._output_partitions()
+        self._declared = self._outputs if settings.preregister_partitions else None
+        consumer_config = yield Io("front", "open_consumer")
+        self._session = consumer_config.session_timeout_ms / 1000
+        log.info("processor %s: %s -> %s, group %s", settings.transactional_id,
+                 ",".join(settings.input_topics), settings.output_topic, settings.group_id)
+
+    def _output_partitions(self) -> Steps[list[TopicPartition] | None]:
+        # The producer's own connections: a side connection of its own (plaintext) failed
+        # against a TLS or SASL listener, after a 10 s stall.
+        try:
+            found: list[TopicPartition] = yield Io("producer", "partitions_for",
+                                                   (self.settings.output_topic,))
+            return found
+        except EosError as exc:  # not known: the producer adds partitions as it sends
+            log.warning("output partitions unknown (%r): not pre-registered", exc)
+            return None
+
+    def _open_txn(self) -> _Txn:
+        if self._txn is None:
+            raise RuntimeError("no transaction is open")  # a bug: _begin comes first
+        return self._txn
+
+
+def _item(output: Output, record: ConsumerRecord | None) -> Item:
+    """What ``send_all`` queues for one output of ``record`` (or of ``output.source``)."""
+    out = output if isinstance(output, OutputRecord) else OutputRecord(output[1], output[0])
+    source = out.source or record
+    headers = list(out.headers)
+    if source is not None:
+        headers.append((SOURCE_HEADER,
+                        f"{source.topic}/{source.partition}/{source.offset}".encode()))
+    return out.value, out.key, out.partition, headers
+
+
+def _copies(columns: Any) -> CopyRun:
+    """The default transform's records for one partition's columns, for one ``send_batch``
+    (no record, output or future object each): values and keys as they came (keys None when
+    every one is: then they fill batches in turn, as ``send()``'s keyless records do), and each
+    record's ``eos.src`` header, one ``(str, bytes)`` pair."""
+    source = f"{columns.topic}/{columns.partition}/".encode()
+    keys = columns.keys
+    headers: list[list[tuple[str, bytes | None]]] = [
+        [(SOURCE_HEADER, b"%s%d" % (source, offset))] for offset in columns.offsets]
+    return columns.values, None if keys.count(None) == len(keys) else keys, headers

@@ -1,0 +1,220 @@
+"""The processor's steps without a broker: scripted conversations with ProcessorCore (each I/O it
+asks for is answered by the script, in order), driven by both fronts' drivers.
+
+The core is what both processors run; the conversation is its whole contract with a front, so
+these read as the processor's rules: what is asked, in which order, after which answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from eosclient import OutputRecord, TopicPartition
+from eosclient._core.decode import RecordColumns
+from eosclient._processor.core import SOURCE_HEADER, ProcessorCore, ProcessorSettings
+from eosclient._processor.steps import drive
+from eosclient.aio.processor import adrive
+from eosclient.errors import AbortableError, FencedError, KafkaTimeoutError
+
+TP = TopicPartition("in", 0)
+
+
+def settings(**overrides: Any) -> ProcessorSettings:
+    given: dict[str, Any] = {
+        "bootstrap_servers": "127.0.0.1:1", "input_topics": ["in"], "output_topic": "out",
+        "group_id": "g", "transactional_id": "t", "fn": None, "batch_fn": None,
+        "max_records_per_transaction": 500, "commit_interval_ms": 100,
+        "preregister_partitions": False, "max_consecutive_aborts": 10, "config": None,
+        "producer_config": None, "consumer_config": None, **overrides}
+    return ProcessorSettings.of(**given)
+
+
+def columns(first: int, count: int) -> RecordColumns:
+    offsets = list(range(first, first + count))
+    return RecordColumns("in", 0, offsets, [None] * count, [b"%d" % o for o in offsets],
+                         [0] * count, [()] * count)
+
+
+class Each(list[Any]):
+    """Answers for successive calls of one method."""
+
+
+class Script:
+    """The ports: each call is logged as ``port.method`` and answered by ``answers[name]``
+    (a value, a callable of the arguments, or an exception to raise); :class:`Each` holds one
+    answer per call, the last one repeated."""
+
+    def __init__(self, **answers: Any) -> None:
+        self.answers = {name.replace("__", "."): answer for name, answer in answers.items()}
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+    def args(self, name: str) -> list[tuple[Any, ...]]:
+        return [args for called, args in self.calls if called == name]
+
+    def __getitem__(self, port: str) -> object:
+        return SimpleNamespace(__getattr__=None, **{
+            method: self._method(f"{port}.{method}") for method in _METHODS[port]})
+
+    def _method(self, name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, (*args, *kwargs.values())))
+            answer = self.answers.get(name, _DEFAULTS.get(name))
+            if isinstance(answer, Each):
+                answer = answer.pop(0) if len(answer) > 1 else answer[0]
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer(*args, *kwargs.values()) if callable(answer) else answer
+        return call
+
+
+class AsyncScript(Script):
+    """The same script, every method a coroutine function (as the asyncio front's are)."""
+
+    def _method(self, name: str) -> Callable[..., Any]:
+        sync = super()._method(name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0)
+            return sync(*args, **kwargs)
+        return call
+
+
+_METHODS = {
+    "front": ["open_producer", "open_consumer", "transform_each", "transform_batch", "send_all",
+              "send_copies", "probe", "backoff", "sleep", "close_clients"],
+    "producer": ["init_transactions", "partitions_for", "begin_transaction",
+                 "send_offsets_to_transaction", "commit_transaction", "abort_transaction"],
+    "consumer": ["poll_batch", "assignment", "committed", "seek", "seek_to_beginning",
+                 "group_metadata", "in_generation", "high_watermark", "last_stable_offset",
+                 "topic_metadata"],
+}
+_DEFAULTS: dict[str, Any] = {
+    "front.open_producer": SimpleNamespace(transaction_timeout_ms=60000),
+    "front.open_consumer": SimpleNamespace(session_timeout_ms=10000),
+    "front.backoff": False,
+    "producer.partitions_for": [TopicPartition("out", 0)],
+    "consumer.assignment": [TP],
+    "consumer.group_metadata": "metadata",
+    "consumer.in_generation": True,
+    "consumer.committed": lambda tps, *_: dict.fromkeys(tps, 0),
+    "consumer.poll_batch": lambda timeout, most: {},
+}
+
+
+def run(script: Script, core: ProcessorCore, **limits: Any) -> Any:
+    steps = core.run(limits.get("max_records"), limits.get("timeout", 5.0),
+                     limits.get("idle_timeout"))
+    if isinstance(script, AsyncScript):
+        return asyncio.run(adrive(steps, script))
+    return drive(steps, script)
+
+
+@pytest.fixture(params=[Script, AsyncScript], ids=["drive", "adrive"])
+def kind(request: pytest.FixtureRequest) -> type[Script]:
+    return request.param  # type: ignore[no-any-return]
+
+
+def test_a_poll_becomes_one_transaction_with_its_offsets(kind: type[Script]) -> None:
+    script = kind(consumer__poll_batch=Each([{TP: columns(0, 3)}, {}]))
+    stats = run(script, ProcessorCore(settings()), max_records=3)
+    assert script.names() == [
+        "front.open_producer", "producer.init_transactions", "producer.partitions_for",
+        "front.open_consumer", "consumer.poll_batch", "producer.begin_transaction",
+        "front.send_copies", "consumer.group_metadata", "producer.send_offsets_to_transaction",
+        "consumer.in_generation", "producer.commit_transaction", "consumer.assignment",
+        "front.close_clients"]
+    [(topic, runs)] = script.args("front.send_copies")  # one run per input partition
+    assert topic == "out"
+    assert runs == [([b"%d" % o for o in range(3)], None,  # keyless: the keys left out
+                     [[(SOURCE_HEADER, b"in/0/%d" % o)] for o in range(3)])]
+    assert script.args("producer.send_offsets_to_transaction") == [({TP: 3}, "metadata")]
+    assert (stats.records_in, stats.records_out, stats.transactions_committed) == (3, 3, 1)
+
+
+def test_a_commit_that_timed_out_is_resumed_by_calling_it_again(kind: type[Script]) -> None:
+    script = kind(consumer__poll_batch=Each([{TP: columns(0, 3)}, {}]),
+                  producer__commit_transaction=Each([KafkaTimeoutError("slow"),
+                                                     KafkaTimeoutError("slow"), None]))
+    stats = run(script, ProcessorCore(settings()), max_records=3)
+    assert script.names().count("producer.commit_transaction") == 3
+    assert script.names().count("producer.abort_transaction") == 0
+    assert stats.transactions_committed == 1
+
+
+def test_a_transaction_past_its_generation_is_aborted_rewound_and_redone(
+        kind: type[Script]) -> None:
+    # Used to break (before the clock check): a stalled member committed after the group
+    # had moved its partitions on.
+    script = kind(consumer__poll_batch=Each([{TP: columns(0, 3)}, {TP: columns(0, 3)}, {}]),
+                  consumer__in_generation=Each([False, True]))
+    stats = run(script, ProcessorCore(settings()), max_records=3)
+    names = script.names()
+    first_commit = names.index("producer.commit_transaction")
+    assert names.index("producer.abort_transaction") < first_commit  # never committed first
+    assert script.args("consumer.seek") == [(TP, 0)]  # back to what the group committed
+    assert script.args("front.backoff") == [(0.0,)]  # none before the first retry
+    assert (stats.transactions_aborted, stats.transactions_committed) == (1, 1)
+
+
+def test_aborts_in_a_row_give_up_after_max_consecutive_aborts(kind: type[Script]) -> None:
+    script = kind(consumer__poll_batch=lambda timeout, most: {TP: columns(0, 1)},
+                  producer__commit_transaction=AbortableError("refused"))
+    core = ProcessorCore(settings(max_consecutive_aborts=3, max_records_per_transaction=1))
+    with pytest.raises(AbortableError, match="refused") as failed:
+        run(script, core)
+    assert "3 transactions in a row were aborted" in "".join(failed.value.__notes__)
+    first, second = (d for (d,) in script.args("front.backoff"))
+    assert first == 0 and second > 0  # none before the first retry, then a growing one
+    assert script.names()[-1] == "front.close_clients"
+
+
+def test_a_failing_transform_aborts_closes_and_propagates(kind: type[Script]) -> None:
+    script = kind(consumer__poll_batch=lambda timeout, most: {TP: columns(0, 2)},
+                  front__transform_each=RuntimeError("boom"))
+    core = ProcessorCore(settings(fn=lambda record: [OutputRecord(record.value)]))
+    with pytest.raises(RuntimeError, match="boom"):
+        run(script, core)
+    assert script.names()[-2:] == ["producer.abort_transaction", "front.close_clients"]
+    assert "producer.commit_transaction" not in script.names()
+
+
+def test_revoking_commits_the_open_transaction_and_awaits_its_offsets() -> None:
+    core = ProcessorCore(settings())
+    polls: list[int] = []
+
+    def poll(timeout: float, most: int) -> dict[TopicPartition, RecordColumns]:
+        polls.append(most)
+        if len(polls) == 1:
+            return {TP: columns(0, 2)}
+        if len(polls) == 2:  # the group revokes TP inside this poll, as the consumer does
+            drive(core.on_revoke([TP]), script)
+        return {}
+
+    script = Script(consumer__poll_batch=poll, consumer__committed=lambda tps, *_: {TP: 2})
+    stats = run(script, core, max_records=3, timeout=0.3)
+    names = script.names()
+    commit = names.index("producer.commit_transaction")
+    assert names[commit - 1] == "consumer.in_generation"
+    assert names[commit + 1] == "consumer.committed"  # the hand-over waits for the group
+    assert stats.transactions_committed == 1
+
+
+def test_a_member_that_lost_its_generation_proves_it_was_not_replaced(
+        kind: type[Script]) -> None:
+    script = kind(front__probe=FencedError("newer epoch"))
+    core = ProcessorCore(settings())
+    steps = core.on_lost([TP])
+    with pytest.raises(FencedError):
+        if isinstance(script, AsyncScript):
+            asyncio.run(adrive(steps, script))
+        else:
+            drive(steps, script)
+    assert script.names() == ["producer.begin_transaction", "front.probe"]
