@@ -47,9 +47,13 @@ class OptionalBuildExt(build_ext):
         """Write the SHA-256 of each source compiled beside its extension (eosclient._core._accel
         imports the source instead of an extension built from an older one)."""
         lines = []
+        built = {ext.name for ext in self.extensions}
         for source in HOT:
             name = source.removeprefix("src/").removesuffix(".py").replace("/", ".")
-            if name in self.compiled:
+            # mypyc's separate mode builds a shim (name) and the code (name__mypyc): a shim
+            # built over code that failed to compile would load the code of an earlier build.
+            parts = [name] + [f"{name}__mypyc"] * (f"{name}__mypyc" in built)
+            if all(part in self.compiled for part in parts):
                 digest = hashlib.sha256(Path(source).read_bytes()).hexdigest()
                 lines.append(f"{digest}  {Path(source).name}\n")
         target = Path(self.get_ext_fullpath(HOT_PACKAGE + ".x")).parent

@@ -13,6 +13,7 @@ import os
 import select
 import signal
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,9 @@ from eosclient._net.blocking import BlockingConnection
 _FETCH_MAX_BYTES: Final = 64 * 1024 * 1024
 _PARTITION_MAX_BYTES: Final = 16 * 1024 * 1024
 _READ_UNCOMMITTED: Final = 0
+_READ_COMMITTED: Final = 1
+_BATCH_PREFIX: Final = struct.Struct(">qi")
+_LAST_DELTA: Final = struct.Struct(">i")
 _SETTLE_TIMEOUT: Final = 10.0
 _PROXY_SCRIPT: Final = Path(__file__).with_name("_proxy_process.py")
 
@@ -143,6 +147,41 @@ def _fetch(conn: BlockingConnection, topic: str, partition: int, offset: int) ->
     [answer] = conn.request(request, timeout=30).responses
     [data] = answer.partitions
     return data
+
+
+def fetch_floor(host: str, port: int, topic: str, partitions: int) -> tuple[int, float]:
+    """The broker's part of reading ``topic`` read_committed from offset 0: one connection,
+    every partition in each Fetch, nothing decoded (the batches are walked header by header
+    for the next offset). Returns the bytes fetched and the seconds it took, a floor that no
+    client's time can go below: what is above it is the client's own."""
+    offsets, ends = [0] * partitions, [1] * partitions
+    fetched = 0
+    with BlockingConnection(host, port, timeout=30) as conn:
+        start = time.perf_counter()
+        while any(o < e for o, e in zip(offsets, ends, strict=True)):
+            request = FetchRequest(
+                replica_id=-1, max_wait_ms=10, min_bytes=0, max_bytes=_FETCH_MAX_BYTES,
+                isolation_level=_READ_COMMITTED, session_id=0, session_epoch=-1,
+                topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+                    FetchRequest.FetchTopic.FetchPartition(
+                        partition=p, fetch_offset=offsets[p], log_start_offset=-1,
+                        partition_max_bytes=_PARTITION_MAX_BYTES)
+                    for p in range(partitions) if offsets[p] < ends[p]])],
+                forgotten_topics_data=[], rack_id="")
+            [answer] = conn.request(request, timeout=30).responses
+            for data in answer.partitions:
+                raw = data.records or b""
+                fetched += len(raw)
+                ends[data.partition_index] = data.last_stable_offset
+                pos = 0
+                while pos + 27 <= len(raw):  # base offset, length, ..., last offset delta
+                    base, length = _BATCH_PREFIX.unpack_from(raw, pos)
+                    if pos + 12 + length > len(raw):
+                        break
+                    (delta,) = _LAST_DELTA.unpack_from(raw, pos + 23)
+                    offsets[data.partition_index] = base + delta + 1
+                    pos += 12 + length
+        return fetched, time.perf_counter() - start
 
 
 def _count_batches(raw: bytes, counts: list[int]) -> int | None:

@@ -14,13 +14,18 @@ to the last (records after the first poll / that time), leaving out the first Fe
 noida-db it takes 60-80 ms from offset 0 whichever client asks (aiokafka's too), most of the
 timed window at the default size, so the headline ratios between fast readers are bounded by it;
 the steady ones show each client's own cost. The clients: eosclient ``poll()`` and
-``poll_batch()`` (columns: the values taken as lists), confluent-kafka ``consume(500)``,
+``poll_batch()`` twice, its values taken as one buffer per partition (``values_buffer()``:
+Arrow's binary layout, no object per record; the check makes them bytes after the clock stops)
+and as lists of bytes (``.values``), confluent-kafka ``consume(500)``,
 kafka-python ``poll(max_records=500)``, and the asyncio readers: eosclient.aio ``await poll()``,
 ``await getmany()`` and ``await poll_batch()`` (the batch path: the target's row) and aiokafka
 ``await getmany(max_records=500)``, each on a fresh event loop. Whether eosclient's codec runs
 compiled or pure Python is printed (``EOSCLIENT_PURE_PYTHON=1`` forces pure). Afterwards
 (untimed) every client's records are checked: exactly the committed set, no aborted record, none
-twice. Runs are interleaved over ``--repeat``.
+twice. Runs are interleaved over ``--repeat``. And a floor: one connection Fetching every
+partition read_committed until the LSO, nothing decoded (batch headers walked for the next
+offset), the broker's own part of any reader's time; ``floor / confluent-kafka`` is the most any
+reader could reach against it in that run (it has no steady row).
 With ``--tls`` every reader goes through one TLS front (`KafkaProxy` with a throwaway CA's
 certificate, in a process of its own) with the same settings: ``security.protocol=SSL``,
 ``ssl.ca.location`` = the CA, host name checked (one dict for eosclient and confluent-kafka,
@@ -71,7 +76,7 @@ import confluent_kafka as ck
 import kafka
 
 import eosclient
-from eosclient import ReadCommittedConsumer, TopicPartition
+from eosclient import BinaryColumn, ReadCommittedConsumer, TopicPartition
 from eosclient.aio import AsyncReadCommittedConsumer
 from eosclient.testing.brokers import RunningBroker, start_broker
 from eosclient.testing.topics import create_topic
@@ -153,6 +158,27 @@ def read_eosclient(servers: str, topic: str, expected: int,
 
 def read_eosclient_batch(servers: str, topic: str, expected: int,
                          tls: _harness.Tls | None = None) -> tuple[list[bytes], Timing]:
+    """poll_batch(), each partition's values taken as one buffer and offsets (Arrow's layout:
+    no object per record); made into bytes objects for the check after the clock stops."""
+    consumer = ReadCommittedConsumer(servers, config={"auto.offset.reset": "earliest",
+                                                      **(tls.settings if tls else {})})
+    consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    buffers: list[BinaryColumn] = []
+    count = 0
+    timing = Timing()
+    while count < expected:
+        timing.saw(count)
+        for columns in consumer.poll_batch(5.0, max_records=POLL_RECORDS).values():
+            buffers.append(columns.values_buffer())
+            count += len(columns)
+    timing.stop(count)
+    consumer.close()
+    return [v for column in buffers for v in column if v is not None], timing
+
+
+def read_eosclient_batch_lists(servers: str, topic: str, expected: int,
+                               tls: _harness.Tls | None = None) -> tuple[list[bytes], Timing]:
+    """poll_batch(), each partition's values taken as a list of bytes (one object each)."""
     consumer = ReadCommittedConsumer(servers, config={"auto.offset.reset": "earliest",
                                                       **(tls.settings if tls else {})})
     consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
@@ -285,8 +311,23 @@ def read_aiokafka(servers: str, topic: str, expected: int,
     return asyncio.run(read())
 
 
+def read_floor(servers: str, topic: str, expected: int,
+               tls: _harness.Tls | None = None) -> tuple[list[bytes], Timing]:
+    """The broker's floor (``_harness.fetch_floor``): no client reads faster. Delivers no
+    values (nothing is decoded), so it is not checked; it has no steady time."""
+    if tls is not None:
+        raise RuntimeError("the floor is measured in plaintext only")
+    host, _, port = servers.rpartition(":")
+    timing = Timing()
+    _, timing.elapsed = _harness.fetch_floor(host, int(port), topic, PARTITIONS)
+    return [], timing
+
+
 READERS: Final = (("eos", "eosclient", "eosclient poll()", read_eosclient),
-                  ("eosb", "eosclient", "eosclient poll_batch()", read_eosclient_batch),
+                  ("eosb", "eosclient", "eosclient poll_batch() values_buffer()",
+                   read_eosclient_batch),
+                  ("eosbl", "eosclient", "eosclient poll_batch() .values lists",
+                   read_eosclient_batch_lists),
                   ("ck", "confluent-kafka", "confluent-kafka consume(500)", read_confluent),
                   ("kp", "kafka-python", "kafka-python poll(max_records=500)", read_kafka_python),
                   ("eos-aio", "eosclient", "eosclient.aio poll()", read_eosclient_aio),
@@ -294,7 +335,8 @@ READERS: Final = (("eos", "eosclient", "eosclient poll()", read_eosclient),
                    read_eosclient_aio_getmany),
                   ("eos-aio-b", "eosclient", "eosclient.aio poll_batch()",
                    read_eosclient_aio_batch),
-                  ("aiokafka", "aiokafka", "aiokafka getmany(max_records=500)", read_aiokafka))
+                  ("aiokafka", "aiokafka", "aiokafka getmany(max_records=500)", read_aiokafka),
+                  ("floor", "broker", "floor: raw Fetch loop, nothing decoded", read_floor))
 
 
 def check(values: list[bytes], expected: int) -> str | None:
@@ -325,13 +367,14 @@ def throughput(broker: RunningBroker, args: argparse.Namespace, servers: str,
             try:
                 with _harness.watchdog(RUN_TIMEOUT):
                     values, timing = read(servers, topic, expected, tls)
-                problem = check(values, expected)
+                problem = None if read is read_floor else check(values, expected)
                 if problem:
                     outcome.errors.append(problem)
                     steady.errors.append(problem)
                 else:
                     outcome.runs.append(expected / timing.elapsed)
-                    steady.runs.append(timing.steady)
+                    if timing.steady:  # (the floor has none)
+                        steady.runs.append(timing.steady)
             except Exception as exc:
                 outcome.errors.append(f"failed: {type(exc).__name__}: {exc}"[:160])
                 steady.errors.append(outcome.errors[-1])
@@ -509,18 +552,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run(args)
     specs = [report.RatioSpec("throughput", "eos", "ck", 1.0),
              report.RatioSpec("throughput", "eosb", "ck", 3.0),
+             report.RatioSpec("throughput", "eosbl", "ck"),
+             report.RatioSpec("throughput", "floor", "ck",
+                              note="(the broker's floor: the most any reader could reach)"),
              report.RatioSpec("throughput", "eos", "kp"),
              report.RatioSpec("throughput", "eos-aio", "aiokafka"),
              report.RatioSpec("throughput", "eos-aio-g", "aiokafka"),
              report.RatioSpec("throughput", "eos-aio-b", "aiokafka", 2.0),
              report.RatioSpec("throughput", "eos-aio", "eos", 0.9,
                               note="(async / sync eosclient)"),
-             report.RatioSpec("throughput", "eos-aio-b", "eosb", 0.9,
-                              note="(async / sync eosclient)"),
+             report.RatioSpec("throughput", "eos-aio-b", "eosbl", 0.9,
+                              note="(async / sync eosclient, values as lists)"),
              report.RatioSpec("steady", "eos-aio-b", "aiokafka"),
              report.RatioSpec("steady", "eos-aio", "aiokafka"),
-             report.RatioSpec("steady", "eos-aio-b", "eosb"),
-             report.RatioSpec("steady", "eosb", "ck")]
+             report.RatioSpec("steady", "eos-aio-b", "eosbl"),
+             report.RatioSpec("steady", "eosb", "ck"),
+             report.RatioSpec("steady", "eosbl", "ck")]
     ratios = report.compute_ratios(results["outcomes"], specs, {})
     print(render(results, ratios, args))
     print(f"(whole run: {time.monotonic() - started:.0f} s)")

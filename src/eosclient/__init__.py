@@ -17,6 +17,7 @@ from eosclient._producer.results import RecordMetadata
 from eosclient.admin import Admin
 from eosclient.config import AdminConfig, ClientConfig, ConsumerConfig, ProducerConfig
 from eosclient.consumer import (
+    BinaryColumn,
     ConsumerRecord,
     ReadCommittedConsumer,
     RecordColumns,
@@ -64,6 +65,7 @@ __all__ = [
     "Admin",
     "AdminConfig",
     "AuthenticationError",
+    "BinaryColumn",
     "ClientConfig",
     "ClientStats",
     "CommitFailedError",

@@ -44,7 +44,7 @@ from eosclient._consumer.partitions import (
     PartitionState,
     missing,
 )
-from eosclient._core.decode import RecordColumns
+from eosclient._core.decode import BinaryColumn, RecordColumns
 from eosclient._core.isolation import Isolation
 from eosclient._core.records import Deserializer
 from eosclient._core.types import TopicPartition
@@ -65,7 +65,8 @@ from eosclient.group import GroupCoordinator, RebalanceCallback
 from eosclient.group_metadata import ConsumerGroupMetadata
 from eosclient.stats import ClientStats
 
-__all__ = ["ConsumerRecord", "ReadCommittedConsumer", "RecordColumns", "TopicMetadata"]
+__all__ = ["BinaryColumn", "ConsumerRecord", "ReadCommittedConsumer", "RecordColumns",
+           "TopicMetadata"]
 
 log = logging.getLogger("eosclient.consumer")
 
@@ -375,7 +376,7 @@ class ReadCommittedConsumer:
             self._rewind(done.rewind)
             error = error or done.error
         self._delivered += (len(records) if isinstance(records, list) else
-                            sum(len(c.offsets) for c in records.values()))
+                            sum(map(len, records.values())))
         return error
 
     def __iter__(self) -> Iterator[ConsumerRecord]:

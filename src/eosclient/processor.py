@@ -88,6 +88,7 @@ from typing import Any
 
 from eosclient._processor.core import (
     SOURCE_HEADER,
+    CopyRun,
     Item,
     Output,
     OutputRecord,
@@ -246,6 +247,11 @@ class _Ports:
         send = self._need(self.producer).send
         for value, key, partition, headers in items:
             send(topic, value, key, partition=partition, headers=headers)
+
+    def send_copies(self, topic: str, runs: list[CopyRun]) -> None:
+        producer = self._need(self.producer)
+        for values, keys, headers in runs:
+            producer._send_run(topic, values, keys, headers)
 
     def probe(self, topic: str, headers: list[tuple[str, bytes]]) -> None:
         producer = self._need(self.producer)

@@ -53,6 +53,7 @@ __all__ = ["PreparedTransaction", "TransactionalProducer", "end_prepared"]
 log = logging.getLogger("eosclient.producer")
 
 _GRACE = 1.0  # seconds past a deadline before a caller stops waiting for the I/O thread
+_RUN_SLACK = 200  # bytes: a record's overhead in a batch, and then some (_send_run)
 _JOIN_MIN = 1.0  # seconds close() gives the stopped I/O thread to exit, even past its deadline
 _DEAD = frozenset({State.FENCED, State.FATAL, State.CLOSED})
 _PUBLIC_NAMES = {"init": "init_transactions", "commit": "commit_transaction",
@@ -414,8 +415,13 @@ class TransactionalProducer:
 
     def send_batch(self, topic: str, values: Sequence[object],
                    keys: Sequence[object] | None = None,
-                   partition: int | None = None) -> Future[list[RecordMetadata]]:
-        """Queue many header-less records at once (the fast path); one future for all.
+                   partition: int | None = None, *,
+                   headers: Sequence[Sequence[tuple[str, Any]] | None] | None = None,
+                   ) -> Future[list[RecordMetadata]]:
+        """Queue many records at once (the fast path); one future for all.
+
+        ``headers``, if given, holds each record's headers (``headers[i]`` those of
+        ``values[i]``: ``(str, bytes | str | None)`` pairs as :meth:`send` takes, or None).
 
         Every record is checked before any is queued. Keyed records go where the partitioner
         puts them; keyless ones without a partition fill a batch on the sticky partition, then
@@ -429,21 +435,44 @@ class TransactionalProducer:
 
         Raises:
             EosError: as :meth:`send`.
-            ValueError: ``keys`` and ``values`` differ in length.
+            ValueError: ``keys`` (or ``headers``) and ``values`` differ in length.
 
         Nothing was queued when any of these is raised.
         """
         number = args.partition_of(partition)
         name = args.topic_of(topic)
         ks, vals = self._checker.many(values, keys)
+        hs = None if headers is None else self._checker.many_headers(headers, ks, vals)
+        return self._queue_batch(name, number, ks, vals, hs)
+
+    def _send_run(self, topic: str, values: Sequence[object], keys: Sequence[object] | None,
+                  headers: list[list[Header]]) -> None:
+        """:meth:`send_batch` for records whose headers the caller made, ``(str, bytes)`` pairs
+        (the processor's copy: ``eos.src``), so they are not checked again: the keys and values
+        are, and every record's size once one may come near ``max.request.size``."""
+        ks, vals = self._checker.many(values, keys)
+        header_bytes = max((len(k) * 4 + len(v or b"") + 10 for h in headers[-1:] for k, v in h),
+                           default=0)  # the last has the longest offset: the longest header
+        room = self.config.max_request_size - _RUN_SLACK - header_bytes
+        if max(map(len, filter(None, vals)), default=0) + max(
+                map(len, filter(None, ks or ())), default=0) > room:
+            self.send_batch(topic, vals, ks, headers=headers)  # checked record by record
+        else:
+            self._queue_batch(args.topic_of(topic), None, ks, vals, headers)
+
+    def _queue_batch(self, name: str, number: int | None, ks: list[bytes | None] | None,
+                     vals: list[bytes | None], hs: list[list[Header]] | None,
+                     ) -> Future[list[RecordMetadata]]:
+        """:meth:`send_batch` after its checks (the processor's copy calls it with its own
+        headers, ``(str, bytes)`` pairs it made, after ``_checker.many``)."""
         stamp = _now_ms()
         with self._lock:
             self._check_open()
             if self._budget.full:  # (this call's records may then go past buffer.memory)
                 self._router.await_buffer(name)
-            groups = self._router.group(name, number, ks, vals)
+            groups = self._router.group(name, number, ks, vals, hs)
             generation = 0
-            for tp, _, _ in groups:  # every partition checked before any record is queued
+            for tp, _, _, _ in groups:  # every partition checked before any record is queued
                 generation = self._core.send(tp)
             now = time.monotonic()
             handle = self._append_groups(groups, stamp, now, generation)
@@ -609,9 +638,10 @@ class TransactionalProducer:
     def _append_groups(self, groups: Groups, stamp: int, now: float,
                        generation: int) -> DeliveryHandle | None:
         handle = None
-        for tp, ks, vals in groups:
+        for tp, ks, vals, hs in groups:
             handle = self._acc.append_many(tp, vals, ks, timestamp_ms=stamp, now=now,
-                                           generation=generation, handle=handle, checked=True)
+                                           generation=generation, handle=handle, checked=True,
+                                           headers=hs)
         return handle
 
     def _abort_after(self, exc: BaseException, timeout: float | None) -> None:

@@ -65,6 +65,22 @@ def test_send_batch_keyed_and_keyless(broker: RunningBroker, unique_name: Callab
     assert sorted(v or b"" for v in written(broker, topic).values()) == sorted(keyless + keyed)
 
 
+@pytest.mark.parametrize("producer", [{"batch.size": 4096}], indirect=True)
+def test_send_batch_writes_each_records_headers(broker: RunningBroker,
+                                                unique_name: Callable[[str], str],
+                                                producer: TransactionalProducer) -> None:
+    topic = create_topic(broker, unique_name("t"))
+    keyless, keyed = values("keyless", 300), values("keyed", 300)
+    with producer.transaction():
+        producer.send_batch(topic, keyless, headers=[[("n", b"%d" % i)] for i in range(300)])
+        producer.send_batch(topic, keyed, keys=keyed,
+                            headers=[[("n", str(i)), ("k", None)] for i in range(300)])
+    got = {r.value: r.headers for p in range(PARTITIONS)
+           for r in read_partition(broker.bootstrap_servers, topic, p)}
+    assert got == {**{v: (("n", b"%d" % i),) for i, v in enumerate(keyless)},
+                   **{v: (("n", b"%d" % i), ("k", None)) for i, v in enumerate(keyed)}}
+
+
 @pytest.mark.parametrize("producer", [{"batch.size": 1024}], indirect=True)
 def test_keyless_sends_move_to_the_next_partition_when_a_batch_fills(
         broker: RunningBroker, unique_name: Callable[[str], str],

@@ -16,6 +16,7 @@ from kafka.partitioner.default import murmur2 as kafka_murmur2
 from kafka.record.memory_records import MemoryRecords
 
 from eosclient._core.accumulator import AccumulatorSettings, ReadyBatch, RecordAccumulator
+from eosclient._core.decode import decode_batches
 from eosclient._core.delivery import RecordDelivery
 from eosclient._core.partitioner import (
     StickyPartitions,
@@ -237,6 +238,23 @@ def test_failed_expired_and_dropped_batches_give_their_bytes_back() -> None:
     hold(acc, generation=1, now=5.0)
     acc.expire(now=6.0)
     assert acc.budget.used == 0
+
+
+def test_send_batch_headers_are_checked_like_sends_before_any_record_is_queued() -> None:
+    acc = accumulator()
+    with pytest.raises(RecordTypeError):
+        acc.append_many(TP0, [b"a", b"b"], timestamp_ms=0, now=0.0, generation=0,
+                        headers=[[("h", b"1")], [("h", 2)]])
+    with pytest.raises(ValueError, match="header lists"):
+        acc.append_many(TP0, [b"a", b"b"], timestamp_ms=0, now=0.0, generation=0,
+                        headers=[[("h", b"1")]])
+    assert acc.budget.used == 0  # nothing queued
+    handle = acc.append_many(TP0, [b"a", b"b"], timestamp_ms=0, now=0.0, generation=0,
+                             headers=[[("h", "x")], None])  # a str value goes as UTF-8
+    ready = acc.drain(Every(), 0.0, flush=True)[TP0]
+    assert [list(r.headers) for r in decode_batches(ready.data, TP0).batches[0].records()] == [
+        [("h", b"x")], []]
+    assert not handle.done()
 
 
 def test_send_batch_records_count_per_batch() -> None:

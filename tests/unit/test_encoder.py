@@ -155,6 +155,30 @@ def test_keyed_append_values_writes_the_same_bytes_as_appending_one_by_one(
         assert build(one) == build(many)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=40)),
+                          st.one_of(st.none(), st.binary(max_size=200)),
+                          st.lists(st.tuples(st.text(max_size=8),
+                                             st.one_of(st.none(), st.binary(max_size=30))),
+                                   max_size=2)), max_size=60),
+       st.booleans(), st.sampled_from([600, 4096]))
+def test_append_values_with_headers_writes_the_same_bytes_as_appending_one_by_one(
+        records: list[Any], keyed: bool, limit: int) -> None:
+    # send_batch(headers=...) (the processor's copy): each record with its own headers.
+    keys = [k for k, _, _ in records] if keyed else None
+    values, headers = [v for _, v, _ in records], [h for _, _, h in records]
+    one, many = BatchWriter(limit=limit), BatchWriter(limit=limit)
+    appended = 0
+    while appended < len(values) and one.append(TS, keys[appended] if keys else None,
+                                                values[appended], headers[appended]):
+        appended += 1
+    assert many.append_values(TS, keys, values, 0, headers) == appended
+    if one.count:
+        data = build(many)  # (a writer builds once)
+        assert build(one) == data
+        assert [list(r.headers) for r in decode(data)] == headers[:appended]
+
+
 def test_keyed_append_values_takes_long_fields_the_slow_way() -> None:
     keys, values = [b"k", b"K" * 9000, b"k3"], [b"v1", b"v2", b"V" * 20_000]
     writer = BatchWriter(limit=1 << 20)

@@ -89,7 +89,7 @@ class AsyncScript(Script):
 
 _METHODS = {
     "front": ["open_producer", "open_consumer", "transform_each", "transform_batch", "send_all",
-              "probe", "backoff", "sleep", "close_clients"],
+              "send_copies", "probe", "backoff", "sleep", "close_clients"],
     "producer": ["init_transactions", "partitions_for", "begin_transaction",
                  "send_offsets_to_transaction", "commit_transaction", "abort_transaction"],
     "consumer": ["poll_batch", "assignment", "committed", "seek", "seek_to_beginning",
@@ -128,12 +128,13 @@ def test_a_poll_becomes_one_transaction_with_its_offsets(kind: type[Script]) -> 
     assert script.names() == [
         "front.open_producer", "producer.init_transactions", "producer.partitions_for",
         "front.open_consumer", "consumer.poll_batch", "producer.begin_transaction",
-        "front.send_all", "consumer.group_metadata", "producer.send_offsets_to_transaction",
+        "front.send_copies", "consumer.group_metadata", "producer.send_offsets_to_transaction",
         "consumer.in_generation", "producer.commit_transaction", "consumer.assignment",
         "front.close_clients"]
-    [(topic, items)] = script.args("front.send_all")
+    [(topic, runs)] = script.args("front.send_copies")  # one run per input partition
     assert topic == "out"
-    assert items == [(b"%d" % o, None, None, [(SOURCE_HEADER, b"in/0/%d" % o)]) for o in range(3)]
+    assert runs == [([b"%d" % o for o in range(3)], None,  # keyless: the keys left out
+                     [[(SOURCE_HEADER, b"in/0/%d" % o)] for o in range(3)])]
     assert script.args("producer.send_offsets_to_transaction") == [({TP: 3}, "metadata")]
     assert (stats.records_in, stats.records_out, stats.transactions_committed) == (3, 3, 1)
 

@@ -281,7 +281,7 @@ class Assignment:
         def take(state: PartitionState, room: int) -> tuple[int, bool, EosError | None]:
             columns = RecordColumns(*state.tp)
             rewound, error = state.ready.take_columns(room, columns)
-            if columns.offsets:
+            if len(columns):
                 out[state.tp] = columns
             return len(columns), rewound, error
 

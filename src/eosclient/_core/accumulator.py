@@ -240,6 +240,7 @@ class RecordAccumulator:
         generation: int,
         handle: DeliveryHandle | None = None,
         checked: bool = False,
+        headers: Sequence[Sequence[tuple[str, Any]] | None] | None = None,
     ) -> DeliveryHandle:
         """Queue many records of one partition under one handle (the ``send_batch`` path).
 
@@ -255,8 +256,10 @@ class RecordAccumulator:
             now: The monotonic time, in seconds.
             generation: The transaction generation the records belong to.
             handle: A handle to add these records to; a new one if None.
-            checked: ``keys`` and ``values`` are lists from :meth:`RecordChecker.many`
-                already (the caller checked them; they are not checked again).
+            checked: ``keys``, ``values`` and ``headers`` are lists from
+                :meth:`RecordChecker.many` and :meth:`RecordChecker.many_headers` already (the
+                caller checked them; they are not checked again).
+            headers: Each record's headers; header-less records when None.
 
         Returns:
             The handle: it succeeds when every record is written, fails if any is lost.
@@ -267,6 +270,8 @@ class RecordAccumulator:
             ValueError: ``keys`` and ``values`` differ in length.
         """
         ks, vals = (keys, values) if checked else self._checker.many(values, keys)
+        hs = headers if checked or headers is None else self._checker.many_headers(
+            headers, ks, vals)  # type: ignore[arg-type]
         stamp = check_timestamp(timestamp_ms)
         if handle is None:
             handle = DeliveryHandle(stamp)
@@ -280,7 +285,8 @@ class RecordAccumulator:
             handle._fail(dead)
             return handle
         self._queues.append_all(tp, ks, vals, timestamp_ms=stamp,  # type: ignore[arg-type]
-                                now=now, generation=generation, handle=handle)
+                                now=now, generation=generation, handle=handle,
+                                headers=hs)  # type: ignore[arg-type]
         return handle
 
     def take_settled(self) -> list[BatchOutcome]:

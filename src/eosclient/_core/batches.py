@@ -288,13 +288,15 @@ class PartitionQueues:
     def append_all(
         self, tp: TopicPartition, keys: list[bytes | None] | None, values: list[bytes | None],
         *, timestamp_ms: int, now: float, generation: int, handle: DeliveryHandle,
+        headers: list[list[Header]] | None = None,
     ) -> None:
-        """Add header-less records, all under ``handle``; they may span several batches."""
+        """Add records (header-less when ``headers`` is None), all under ``handle``; they may
+        span several batches."""
         batch = self._open(tp, generation, now)
         index = 0
         while True:
             first = batch.count
-            index = batch.writer.append_values(timestamp_ms, keys, values, index)
+            index = batch.writer.append_values(timestamp_ms, keys, values, index, headers)
             if batch.count > first:
                 part = handle._add_part(batch.count - first)
                 batch.parts.append((handle, part, first, batch.count - first))

@@ -30,7 +30,8 @@ import enum
 import importlib
 import struct
 import zlib
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterator
 from itertools import repeat
 from typing import Any, Final, NamedTuple
 
@@ -41,8 +42,8 @@ from eosclient._core.records import Header
 from eosclient._core.types import TopicPartition
 from eosclient.errors import CorruptRecordError, FatalError
 
-__all__ = ["ConsumerRecord", "ControlType", "DecodedBatches", "RecordBatch", "RecordColumns",
-           "decode_batches"]
+__all__ = ["BinaryColumn", "ConsumerRecord", "ControlType", "DecodedBatches", "RecordBatch",
+           "RecordColumns", "decode_batches"]
 
 # BaseOffset Length PartitionLeaderEpoch Magic CRC Attributes LastOffsetDelta FirstTimestamp
 # MaxTimestamp ProducerId ProducerEpoch BaseSequence RecordCount
@@ -55,6 +56,11 @@ _CONTROL_KEY: Final = struct.Struct(">hh")  # version, type
 
 #: ``receive.message.max.bytes``' default: what a batch may decompress to unless told otherwise.
 DEFAULT_MAX_DECOMPRESSED: Final = 100_000_000
+
+#: Whether checking a batch's records makes no object per record (then a column asked for
+#: parses them again). True where this module runs compiled; pure Python parses at a third of
+#: the speed, so there a second pass would cost as much as the first: it decodes while checking.
+_LAZY: Final = not __file__.endswith(".py")
 
 _CODEC_MASK: Final = 0x07
 _LOG_APPEND_TIME: Final = 0x08
@@ -93,12 +99,143 @@ class ConsumerRecord(NamedTuple):
     timestamp_ms: int
 
 
-class RecordColumns:
-    """One partition's records as columns: one list per field, row ``i`` being one record.
+class BinaryColumn:
+    """A column of ``bytes | None`` in Arrow's binary layout: all the bytes end to end in
+    :attr:`data`, row ``i`` being ``data[offsets[i]:offsets[i + 1]]``, or None if ``i`` is in
+    :attr:`nulls`. Indexing or iterating makes the ``bytes`` objects, one per row asked for;
+    :meth:`to_arrow` makes a ``pyarrow`` array without them.
 
-    What ``poll_batch()`` delivers: no Python object per record beyond its fields (a
-    :class:`ConsumerRecord` costs a tuple each), and the lists go to pandas, Arrow
-    (:meth:`to_arrow`) or a producer's ``send_batch`` as they are.
+    Attributes:
+        data: The bytes of every row, in row order.
+        offsets: ``len + 1`` int64 offsets into :attr:`data` (an ``array('q')``).
+        nulls: The rows that are None, ascending (their span is empty).
+    """
+
+    __slots__ = ("_null_rows", "data", "nulls", "offsets")
+
+    def __init__(self, data: bytes, offsets: array[int], nulls: list[int]) -> None:
+        self.data = data
+        self.offsets = offsets
+        self.nulls = nulls
+        self._null_rows = frozenset(nulls)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, row: int) -> bytes | None:
+        if row < 0:
+            row += len(self)
+        if not 0 <= row < len(self):
+            raise IndexError(f"row {row} of {len(self)}")
+        if row in self._null_rows:
+            return None
+        return self.data[self.offsets[row]:self.offsets[row + 1]]
+
+    def __iter__(self) -> Iterator[bytes | None]:
+        data, offsets, null = self.data, self.offsets, self._null_rows
+        for row in range(len(offsets) - 1):
+            yield None if row in null else data[offsets[row]:offsets[row + 1]]
+
+    def to_arrow(self) -> Any:
+        """A ``pyarrow`` binary array over these buffers (:attr:`data` is not copied).
+
+        Raises:
+            ImportError: pyarrow is not installed.
+        """
+        pa = importlib.import_module("pyarrow")
+        size = len(self)
+        validity = None
+        if self.nulls:
+            mask = [True] * size
+            for row in self.nulls:
+                mask[row] = False
+            validity = pa.array(mask, pa.bool_()).buffers()[1]
+        return pa.Array.from_buffers(
+            pa.large_binary(), size, [validity, pa.py_buffer(self.offsets),
+                                      pa.py_buffer(self.data)], len(self.nulls)).cast(
+            pa.binary())
+
+    def __repr__(self) -> str:
+        return f"<BinaryColumn {len(self)} rows, {len(self.data)} bytes, {len(self.nulls)} null>"
+
+
+class _Rows:
+    """Decoded rows as five parallel lists (row ``i`` is one record)."""
+
+    __slots__ = ("headers", "keys", "offsets", "timestamps", "values")
+
+    def __init__(self, offsets: list[int], keys: list[bytes | None],
+                 values: list[bytes | None], timestamps: list[int],
+                 headers: list[tuple[Header, ...]]) -> None:
+        self.offsets = offsets
+        self.keys = keys
+        self.values = values
+        self.timestamps = timestamps
+        self.headers = headers
+
+    def extend(self, other: _Rows, start: int, stop: int) -> None:
+        self.offsets += other.offsets[start:stop]
+        self.keys += other.keys[start:stop]
+        self.values += other.values[start:stop]
+        self.timestamps += other.timestamps[start:stop]
+        self.headers += other.headers[start:stop]
+
+
+def _no_rows() -> _Rows:
+    return _Rows([], [], [], [], [])
+
+
+class _Checked:
+    """One batch's records from ``min_offset`` on, checked (every record parsed) but not made
+    into objects until asked (:meth:`rows`). Shared by the columns that deliver its rows."""
+
+    __slots__ = ("base_offset", "buf", "count", "decoded_rows", "dense", "end", "first", "last",
+                 "log_append", "min_offset", "pos", "rows", "timestamp")
+
+    def __init__(self, buf: bytes, pos: int, end: int,  # noqa: PLR0917 - _decode's inputs
+                 count: int, base_offset: int, timestamp: int, log_append: bool,
+                 min_offset: int, keep: bool) -> None:
+        self.buf, self.pos, self.end, self.count = buf, pos, end, count
+        self.base_offset, self.timestamp, self.log_append = base_offset, timestamp, log_append
+        self.min_offset = min_offset
+        into = _no_rows() if keep or not _LAZY else None
+        self.rows, self.first, self.last, self.dense = _decode(
+            buf, pos, end, count, base_offset, timestamp, log_append, min_offset, into)
+        self.decoded_rows = into  # None until decoded
+
+    def decoded(self) -> _Rows:
+        """Its rows as lists (decoded on the first call; it parsed once already)."""
+        rows = self.decoded_rows
+        if rows is None:
+            rows = _no_rows()
+            _decode(self.buf, self.pos, self.end, self.count, self.base_offset, self.timestamp,
+                    self.log_append, self.min_offset, rows)
+            self.decoded_rows = rows
+        return rows
+
+    def offset_at(self, row: int) -> int:
+        return self.first + row if self.dense else self.decoded().offsets[row]
+
+
+class _Slice:
+    """Rows ``start`` to ``stop`` of a checked batch."""
+
+    __slots__ = ("source", "start", "stop")
+
+    def __init__(self, source: _Checked, start: int, stop: int) -> None:
+        self.source, self.start, self.stop = source, start, stop
+
+
+class RecordColumns:
+    """One partition's records as columns: one sequence per field, row ``i`` being one record.
+
+    What ``poll_batch()`` delivers. Its records are checked (parsed, CRC-checked) when they
+    are delivered, but no Python object is made per record until a column is asked for:
+    :attr:`offsets`, :attr:`keys`, :attr:`values`, :attr:`timestamps` and :attr:`headers` are
+    lists built (once) on first access; :meth:`values_buffer` and :meth:`keys_buffer` give a
+    column as one contiguous buffer and offsets (Arrow's binary layout) without them;
+    :meth:`to_arrow` makes a ``pyarrow.RecordBatch``. ``len()`` and :attr:`next_offset` need
+    no column at all.
 
     Attributes:
         topic: The topic.
@@ -110,7 +247,7 @@ class RecordColumns:
         headers: Each record's ``(key, value)`` header pairs (a tuple, often empty).
     """
 
-    __slots__ = ("headers", "keys", "offsets", "partition", "timestamps", "topic", "values")
+    __slots__ = ("_parts", "_rows", "_size", "partition", "topic")
 
     def __init__(self, topic: str, partition: int,  # noqa: PLR0917 - the fields, in order
                  offsets: list[int] | None = None, keys: list[bytes | None] | None = None,
@@ -118,11 +255,51 @@ class RecordColumns:
                  headers: list[tuple[Header, ...]] | None = None) -> None:
         self.topic = topic
         self.partition = partition
-        self.offsets: list[int] = [] if offsets is None else offsets
-        self.keys: list[bytes | None] = [] if keys is None else keys
-        self.values: list[bytes | None] = [] if values is None else values
-        self.timestamps: list[int] = [] if timestamps is None else timestamps
-        self.headers: list[tuple[Header, ...]] = [] if headers is None else headers
+        # The rows are either lists (_rows: given, or decoded on first access) or, until a
+        # column is asked for, slices of checked batches (_parts, _size rows in all).
+        self._rows: _Rows | None = None
+        self._parts: list[_Slice] = []
+        self._size = 0
+        if offsets is not None or keys is not None or values is not None or (
+                timestamps is not None or headers is not None):
+            self._rows = _Rows([] if offsets is None else offsets, [] if keys is None else keys,
+                               [] if values is None else values,
+                               [] if timestamps is None else timestamps,
+                               [] if headers is None else headers)
+
+    @property
+    def offsets(self) -> list[int]:
+        """Each record's offset, ascending (decoded on first access)."""
+        return self._decoded().offsets
+
+    @property
+    def keys(self) -> list[bytes | None]:
+        """Each record's key bytes, or None (decoded on first access)."""
+        return self._decoded().keys
+
+    @property
+    def values(self) -> list[bytes | None]:
+        """Each record's value bytes, or None: a tombstone (decoded on first access)."""
+        return self._decoded().values
+
+    @property
+    def timestamps(self) -> list[int]:
+        """Each record's timestamp in ms (decoded on first access)."""
+        return self._decoded().timestamps
+
+    @property
+    def headers(self) -> list[tuple[Header, ...]]:
+        """Each record's ``(key, value)`` header pairs (decoded on first access)."""
+        return self._decoded().headers
+
+    def _decoded(self) -> _Rows:
+        rows = self._rows
+        if rows is None:
+            rows = _no_rows()
+            for part in self._parts:
+                rows.extend(part.source.decoded(), part.start, part.stop)
+            self._rows, self._parts, self._size = rows, [], 0
+        return rows
 
     def __reduce__(self) -> tuple[type[RecordColumns], tuple[Any, ...]]:
         # Pickled by its fields, alike in both builds (a compiled class has no default way).
@@ -130,41 +307,130 @@ class RecordColumns:
                                self.timestamps, self.headers)
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        rows = self._rows
+        return self._size if rows is None else len(rows.offsets)
 
     @property
     def next_offset(self) -> int:
         """The offset after the last record: what to commit once all of them are processed
         (equal to the consumer's position unless more was delivered from the partition
         since). Raises IndexError when there are no records."""
-        return self.offsets[-1] + 1
+        return self.offset_at(len(self) - 1) + 1
+
+    def offset_at(self, row: int) -> int:
+        """Row ``row``'s offset (0 <= row < len), without decoding the offsets column.
+
+        Raises:
+            IndexError: there is no such row.
+        """
+        if self._rows is not None:
+            return self._rows.offsets[row]
+        if not 0 <= row < self._size:
+            raise IndexError(f"row {row} of {self._size}")
+        for part in self._parts:
+            if row < part.stop - part.start:
+                return part.source.offset_at(part.start + row)
+            row -= part.stop - part.start
+        raise IndexError(row)  # not reached: the sizes add up
+
+    def _between(self, start: int, stop: int) -> _Rows:
+        """Rows ``start`` to ``stop`` as lists, decoding only the batches they come from and
+        leaving this object as it is (lazy or not)."""
+        rows = self._rows
+        if rows is not None:
+            out = _no_rows()
+            out.extend(rows, start, stop)
+            return out
+        out = _no_rows()
+        at = 0
+        for part in self._parts:
+            size = part.stop - part.start
+            lo, hi = max(start - at, 0), min(stop - at, size)
+            if lo < hi:
+                out.extend(part.source.decoded(), part.start + lo, part.start + hi)
+            at += size
+        return out
+
+    def _span(self, start: int, stop: int | None) -> tuple[int, int]:
+        return slice(start, stop).indices(len(self))[:2]
 
     def records(self, start: int = 0, stop: int | None = None) -> list[ConsumerRecord]:
         """Rows ``start`` to ``stop`` (the end when None) as :class:`ConsumerRecord` tuples
         (one object per record)."""
-        if start or stop is not None:
-            offsets, keys, values = (self.offsets[start:stop], self.keys[start:stop],
-                                     self.values[start:stop])
-            headers, timestamps = self.headers[start:stop], self.timestamps[start:stop]
-        else:
-            offsets, keys, values = self.offsets, self.keys, self.values
-            headers, timestamps = self.headers, self.timestamps
+        rows = self._rows if self._rows is not None and not start and stop is None else (
+            self._between(*self._span(start, stop)))
         return list(map(tuple.__new__, repeat(ConsumerRecord), zip(
-            repeat(self.topic), repeat(self.partition), offsets, keys, values, headers,
-            timestamps)))
+            repeat(self.topic), repeat(self.partition), rows.offsets, rows.keys, rows.values,
+            rows.headers, rows.timestamps)))
 
     def extend(self, other: RecordColumns, start: int = 0, stop: int | None = None) -> None:
-        """Append ``other``'s rows ``start`` to ``stop`` (the end when None)."""
-        self.offsets += other.offsets[start:stop]
-        self.keys += other.keys[start:stop]
-        self.values += other.values[start:stop]
-        self.timestamps += other.timestamps[start:stop]
-        self.headers += other.headers[start:stop]
+        """Append ``other``'s rows ``start`` to ``stop`` (the end when None). Rows not yet
+        decoded stay so when both sides are."""
+        start, stop = other._span(start, stop)
+        if self._rows is not None or other._rows is not None:
+            self._decoded().extend(other._between(start, stop), 0, stop - start)
+            return
+        at = 0
+        for part in other._parts:
+            size = part.stop - part.start
+            lo, hi = max(start - at, 0), min(stop - at, size)
+            if lo < hi:
+                self._parts.append(_Slice(part.source, part.start + lo, part.start + hi))
+                self._size += hi - lo
+            at += size
+
+    def _append(self, source: _Checked) -> None:
+        """Append every row of a checked batch (not decoded)."""
+        if source.rows:
+            if self._rows is not None:
+                self._rows.extend(source.decoded(), 0, source.rows)
+            else:
+                self._parts.append(_Slice(source, 0, source.rows))
+                self._size += source.rows
 
     def truncate(self, rows: int) -> None:
         """Keep the first ``rows`` rows only."""
-        for column in (self.offsets, self.keys, self.values, self.timestamps, self.headers):
-            del column[rows:]
+        if self._rows is not None:
+            for column in (self.offsets, self.keys, self.values, self.timestamps, self.headers):
+                del column[rows:]
+            return
+        kept: list[_Slice] = []
+        at = 0
+        for part in self._parts:
+            size = part.stop - part.start
+            if at + size <= rows:
+                kept.append(part)
+            elif at < rows:
+                kept.append(_Slice(part.source, part.start, part.start + rows - at))
+            at += size
+        self._parts, self._size = kept, min(self._size, max(rows, 0))
+
+    def values_buffer(self) -> BinaryColumn:
+        """The values as one contiguous buffer (Arrow's binary layout), without a Python
+        object per value: see :class:`BinaryColumn`."""
+        return self._buffer(True)
+
+    def keys_buffer(self) -> BinaryColumn:
+        """The keys as one contiguous buffer (Arrow's binary layout): see :class:`BinaryColumn`."""
+        return self._buffer(False)
+
+    def _buffer(self, values: bool) -> BinaryColumn:
+        out = _Gather(values, 0, 0)
+        if self._rows is not None:
+            _gather_rows(self._rows, 0, len(self._rows.offsets), out)
+        for part in self._parts:
+            source = part.source
+            if source.decoded_rows is not None:  # decoded already (the pure build, or asked)
+                _gather_rows(source.decoded_rows, part.start, part.stop, out)
+                continue
+            gather = _Gather(values, part.start, part.stop)
+            _decode(source.buf, source.pos, source.end, source.count, source.base_offset,
+                    source.timestamp, source.log_append, source.min_offset, None, gather)
+            rows, base = len(out.ends) - 1, len(out.data)
+            out.data += gather.data
+            out.ends += [base + end for end in gather.ends[1:]] if base else gather.ends[1:]
+            out.nulls += [rows + row for row in gather.nulls]
+        return BinaryColumn(bytes(out.data), array("q", out.ends), out.nulls)
 
     def to_arrow(self) -> Any:
         """The columns as a ``pyarrow.RecordBatch`` (``offset`` int64, ``key`` and ``value``
@@ -180,14 +446,14 @@ class RecordColumns:
                               ) from exc
         header = pa.struct([("key", pa.string()), ("value", pa.binary())])
         return pa.RecordBatch.from_arrays(
-            [pa.array(self.offsets, pa.int64()), pa.array(self.keys, pa.binary()),
-             pa.array(self.values, pa.binary()), pa.array(self.timestamps, pa.timestamp("ms")),
+            [pa.array(self.offsets, pa.int64()), self.keys_buffer().to_arrow(),
+             self.values_buffer().to_arrow(), pa.array(self.timestamps, pa.timestamp("ms")),
              pa.array([[{"key": k, "value": v} for k, v in h] for h in self.headers],
                       pa.list_(header))],
             names=["offset", "key", "value", "timestamp", "headers"])
 
     def __repr__(self) -> str:
-        span = f"{self.offsets[0]}..{self.offsets[-1]}" if self.offsets else "empty"
+        span = f"{self.offset_at(0)}..{self.offset_at(len(self) - 1)}" if len(self) else "empty"
         return f"<RecordColumns {self.topic}-{self.partition} {len(self)} records {span}>"
 
 
@@ -250,23 +516,28 @@ class RecordBatch:
             CorruptRecordError: the records do not parse (a producer bug: the CRC matched), or
                 decompress to more than :attr:`max_decompressed`.
         """
-        return self.columns(RecordColumns(*self.tp), min_offset).records()
+        return self.columns(RecordColumns(*self.tp), min_offset, decode=True).records()
 
-    def columns(self, into: RecordColumns, min_offset: int = 0) -> RecordColumns:
-        """Decompress and decode the records onto the end of ``into`` (returned), skipping
-        those below ``min_offset``; on an error ``into`` is left as it was.
+    def columns(self, into: RecordColumns, min_offset: int = 0, *,
+                decode: bool = False) -> RecordColumns:
+        """Decompress and check the records, and append those from ``min_offset`` on to the end
+        of ``into`` (returned); on an error ``into`` is left as it was.
+
+        Every record is parsed here, so a batch that does not parse fails now; but the compiled
+        build makes no object per record until a column is asked for, unless ``decode`` (the
+        caller wants them all: decoding while checking saves a pass). The pure build always
+        decodes while checking (a second pass would cost it as much as the first).
 
         Raises:
             CorruptRecordError: as :meth:`records`.
         """
         buf, pos, end = self._payload()
-        rows = len(into.offsets)
         try:
-            _decode(buf, pos, end, self.record_count, self.base_offset, *self._timestamps,
-                    min_offset, into)
+            checked = _Checked(buf, pos, end, self.record_count, self.base_offset,
+                               *self._timestamps, min_offset, decode)
         except (IndexError, ValueError) as exc:  # ran off the end, or bad UTF-8 in a header key
-            into.truncate(rows)
             raise self._corrupt(f"records do not parse: {exc}") from exc
+        into._append(checked)
         return into
 
     def detach(self) -> None:
@@ -492,19 +763,54 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("varint longer than 10 bytes")
 
 
+class _Gather:
+    """Where :func:`_decode` copies one binary column of rows ``start`` to ``stop``: Arrow's
+    layout (the bytes end to end, each row's end offset, the null rows)."""
+
+    __slots__ = ("data", "ends", "nulls", "start", "stop", "values")
+
+    def __init__(self, values: bool, start: int, stop: int) -> None:
+        self.values, self.start, self.stop = values, start, stop
+        self.data = bytearray()
+        self.ends: list[int] = [0]
+        self.nulls: list[int] = []
+
+
+def _gather_rows(rows: _Rows, start: int, stop: int, out: _Gather) -> None:
+    """Rows ``start`` to ``stop`` of decoded lists onto ``out``, as :func:`_decode` gathers."""
+    at, size = len(out.ends) - 1, len(out.data)
+    for row, item in enumerate((rows.values if out.values else rows.keys)[start:stop], at):
+        if item is None:
+            out.nulls.append(row)
+        else:
+            out.data += item
+            size += len(item)
+        out.ends.append(size)
+
+
 def _decode(  # noqa: PLR0915, PLR0917 - the hot loop, inlined by hand
     buf: bytes, pos: int, end: int, count: int, base_offset: int, timestamp: int,
-    log_append: bool, min_offset: int, into: RecordColumns,
-) -> None:
-    """The records of an uncompressed payload, from ``min_offset`` on, appended to ``into``'s
-    columns. The hot path, hence long and repetitive (and compiled, where it can be).
+    log_append: bool, min_offset: int, into: _Rows | None, gather: _Gather | None = None,
+) -> tuple[int, int, int, bool]:
+    """Parse the records of an uncompressed payload; those from ``min_offset`` on are the rows.
+    Appends the rows to ``into``'s lists, or copies one column of some rows into ``gather``,
+    or (both None) only checks them: no object per record. The hot path, hence long and
+    repetitive (and compiled, where it can be).
+
+    Returns:
+        The number of rows, the first and last row's offset (-1 without rows), and whether
+        the rows' offsets are consecutive (no gap left by compaction).
 
     Every varint of a v2 record is zigzag-encoded (``(n >> 1) ^ -(n & 1)``); the one- and
     two-byte forms, read inline, cover the lengths and deltas of records up to 8 KiB in batches
     of up to 8192 records; longer ones go through :func:`_uvarint`.
     """
-    offsets, keys, values = into.offsets, into.keys, into.values
-    timestamps, all_headers = into.timestamps, into.headers
+    rows, first, last, dense = 0, -1, -1, True
+    # gather's fields as locals (its rows start..stop: none when there is no gather)
+    g = gather if gather is not None else _Gather(True, 0, 0)
+    g_start, g_stop, g_values, g_data, g_ends, g_nulls = (g.start, g.stop, g.values, g.data,
+                                                          g.ends, g.nulls)
+    g_size = len(g_data)
     for _ in range(count):
         b = buf[pos]  # record length
         if b < 0x80:
@@ -537,12 +843,10 @@ def _decode(  # noqa: PLR0915, PLR0917 - the hot loop, inlined by hand
             n, pos = (b & 0x7F) | (c << 7), pos + 2
         else:
             n, pos = _uvarint(buf, pos)
-        if n & 1:
-            key = None
-        else:
-            n >>= 1
-            key = buf[pos:pos + n]
-            pos += n
+        key_at = pos
+        key_size = -1 if n & 1 else n >> 1
+        if key_size > 0:
+            pos += key_size
         b = buf[pos]  # value length
         if b < 0x80:
             n, pos = b, pos + 1
@@ -550,12 +854,10 @@ def _decode(  # noqa: PLR0915, PLR0917 - the hot loop, inlined by hand
             n, pos = (b & 0x7F) | (c << 7), pos + 2
         else:
             n, pos = _uvarint(buf, pos)
-        if n & 1:
-            value = None
-        else:
-            n >>= 1
-            value = buf[pos:pos + n]
-            pos += n
+        value_at = pos
+        value_size = -1 if n & 1 else n >> 1
+        if value_size > 0:
+            pos += value_size
         if buf[pos] == 0:  # no headers: the common case
             headers: tuple[Header, ...] = ()
             pos += 1
@@ -565,13 +867,30 @@ def _decode(  # noqa: PLR0915, PLR0917 - the hot loop, inlined by hand
             raise ValueError(f"record at offset {offset}: its fields end {pos - record_end} "
                              "bytes away from where its length says")
         if offset >= min_offset:
-            offsets.append(offset)
-            keys.append(key)
-            values.append(value)
-            timestamps.append(ts)
-            all_headers.append(headers)
+            if into is not None:
+                into.offsets.append(offset)
+                into.keys.append(None if key_size < 0 else buf[key_at:key_at + key_size])
+                into.values.append(None if value_size < 0 else
+                                   buf[value_at:value_at + value_size])
+                into.timestamps.append(ts)
+                into.headers.append(headers)
+            elif g_start <= rows < g_stop:
+                at, size = (value_at, value_size) if g_values else (key_at, key_size)
+                if size < 0:
+                    g_nulls.append(rows - g_start)
+                elif size:
+                    g_data += buf[at:at + size]
+                    g_size += size
+                g_ends.append(g_size)
+            if not rows:
+                first = offset
+            elif offset != first + rows:
+                dense = False
+            last = offset
+            rows += 1
     if pos != end:
         raise ValueError(f"{end - pos} bytes left after the batch's {count} records")
+    return rows, first, last, dense
 
 
 def _bytes_at(buf: bytes, pos: int) -> tuple[bytes | None, int]:

@@ -212,13 +212,21 @@ class BatchWriter:
         return True
 
     def append_values(self, timestamp_ms: int, keys: Sequence[bytes | None] | None,
-                      values: Sequence[bytes | None], start: int = 0) -> int:
-        """Append header-less records ``start``, ``start + 1``, ... with one timestamp.
+                      values: Sequence[bytes | None], start: int = 0,
+                      headers: Sequence[Sequence[Header]] | None = None) -> int:
+        """Append records ``start``, ``start + 1``, ... with one timestamp (``headers[i]``
+        the headers of record ``i``; header-less when None).
 
         Returns:
             The index after the last record appended: ``len(values)`` if all fit, else where
             the next batch starts (at least ``start + 1``: a first record always fits).
         """
+        if headers is not None:
+            index, stop, append = start, len(values), self.append
+            while index < stop and append(timestamp_ms, keys[index] if keys else None,
+                                          values[index], headers[index]):
+                index += 1
+            return index
         if keys is None:
             index = self._append_run(timestamp_ms, values, start)
         else:

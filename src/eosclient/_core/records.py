@@ -297,6 +297,24 @@ class RecordChecker:
                 self._check_size(k, v, [])
         return ks, vals
 
+    def many_headers(self, headers: Sequence[Sequence[tuple[str, Any]] | None],
+                     keys: list[bytes | None] | None, values: list[bytes | None],
+                     ) -> list[list[Header]]:
+        """Each record's headers (``headers[i]`` of record ``i``, as :meth:`many` returned its
+        key and value) checked as :func:`check_headers` does, and each record's size with them.
+
+        Raises:
+            RecordTypeError: a header has a wrong type.
+            RecordTooLargeError: a record exceeds ``max.request.size``.
+            ValueError: not one entry per record.
+        """
+        if len(headers) != len(values):
+            raise ValueError(f"{len(headers)} header lists for {len(values)} values")
+        checked = [check_headers(h) for h in headers]
+        for k, v, h in zip(keys or [None] * len(values), values, checked, strict=True):
+            self._check_size(k, v, h)
+        return checked
+
     def _check_size(self, key: bytes | None, value: bytes | None, headers: list[Header]) -> None:
         size = (len(key) if key else 0) + (len(value) if value else 0)
         for header_key, header_value in headers:  # at most 4 UTF-8 bytes a character, and

@@ -19,9 +19,12 @@ The ports a front provides:
   that drive :meth:`ProcessorCore.on_assign`/``on_revoke``/``on_lost``; each returns the client's
   settings), ``transform_each(records)`` (``[(record, outputs)]``, the transform awaited if it
   is a coroutine), ``transform_batch(records)``, ``send_all(topic, items)`` (each item
-  ``(value, key, partition, headers)``, queued in order), ``probe(topic, headers)`` (send one
-  record to partition 0 and flush), ``backoff(seconds)`` (a wait that ``stop()`` ends early:
-  whether it was stopped), ``sleep(seconds)`` and ``close_clients()``.
+  ``(value, key, partition, headers)``, queued in order), ``send_copies(topic, runs)`` (each
+  run ``(values, keys or None, headers)``: one input partition's records, queued as the
+  producer's ``send_batch(topic, values, keys, headers=headers)`` queues them),
+  ``probe(topic, headers)`` (send one record to partition 0 and flush), ``backoff(seconds)``
+  (a wait that ``stop()`` ends early: whether it was stopped), ``sleep(seconds)`` and
+  ``close_clients()``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +58,7 @@ _SETTLE_BACKOFF = Backoff(0.01, 0.5)  # between looks at the output's LSO after 
 _SETTLE_WARN = 2.0  # seconds of waiting for the output to settle before a WARNING
 
 Item = tuple[object, object, int | None, list[tuple[str, bytes | None]]]  # for send_all
+CopyRun = tuple[list[Any], list[Any] | None, list[list[tuple[str, bytes | None]]]]  # send_copies
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,9 +279,13 @@ class ProcessorCore:
             done = yield Io("front", "transform_each", (records,))
             items = [_item(output, record) for record, outputs in done for output in outputs]
         else:  # the default transform (key and value as they are), straight from the columns
-            items = [item for columns in batch.values() for item in _copies(columns)]
-        yield Io("front", "send_all", (settings.output_topic, items))
-        txn.records_out += len(items)
+            runs = [_copies(columns) for columns in batch.values()]
+            yield Io("front", "send_copies", (settings.output_topic, runs))
+            txn.records_out += count
+            items = []
+        if items:
+            yield Io("front", "send_all", (settings.output_topic, items))
+            txn.records_out += len(items)
         for tp, columns in batch.items():
             txn.offsets[tp] = columns.next_offset
         txn.records_in += count
@@ -512,8 +520,13 @@ def _item(output: Output, record: ConsumerRecord | None) -> Item:
     return out.value, out.key, out.partition, headers
 
 
-def _copies(columns: Any) -> Iterable[Item]:
-    """The default transform's items for one partition's columns (no record object each)."""
-    source = f"{columns.topic}/{columns.partition}/"
-    for key, value, offset in zip(columns.keys, columns.values, columns.offsets, strict=True):
-        yield value, key, None, [(SOURCE_HEADER, f"{source}{offset}".encode())]
+def _copies(columns: Any) -> CopyRun:
+    """The default transform's records for one partition's columns, for one ``send_batch``
+    (no record, output or future object each): values and keys as they came (keys None when
+    every one is: then they fill batches in turn, as ``send()``'s keyless records do), and each
+    record's ``eos.src`` header, one ``(str, bytes)`` pair."""
+    source = f"{columns.topic}/{columns.partition}/".encode()
+    keys = columns.keys
+    headers: list[list[tuple[str, bytes | None]]] = [
+        [(SOURCE_HEADER, b"%s%d" % (source, offset))] for offset in columns.offsets]
+    return columns.values, None if keys.count(None) == len(keys) else keys, headers

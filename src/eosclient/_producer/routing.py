@@ -14,6 +14,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
+from eosclient._core.encoder import Header
 from eosclient._core.partitioner import default_partitioner
 from eosclient._core.txn import IDEMPOTENT_TABLE, TRANSACTIONAL_TABLE, Input
 from eosclient._core.types import TopicPartition
@@ -26,7 +27,9 @@ __all__ = ["Router"]
 _SENDABLE_TXN = frozenset(s for (s, i) in TRANSACTIONAL_TABLE if i is Input.CALL_SEND)
 _SENDABLE_IDEMPOTENT = frozenset(s for (s, i) in IDEMPOTENT_TABLE if i is Input.CALL_SEND)
 
-Groups = list[tuple[TopicPartition, list[bytes | None] | None, list[bytes | None]]]
+Groups = list[tuple[TopicPartition, list[bytes | None] | None, list[bytes | None],
+                   list[list[Header]] | None]]
+"""Runs of one partition each: (partition, keys or None, values, headers or None)."""
 """``send_batch``'s records as runs: (partition, keys or None, values), in queueing order."""
 
 _BATCH_HEADER = 61
@@ -143,7 +146,8 @@ class Router:
         return tps
 
     def group(self, topic: str, partition: int | None, keys: list[bytes | None] | None,
-              values: list[bytes | None]) -> Groups:
+              values: list[bytes | None], headers: list[list[Header]] | None = None,
+              ) -> Groups:
         """``send_batch``'s checked records as runs of one partition each, in queueing order.
 
         Keyed records go where the partitioner puts them (one run per partition); keyless
@@ -157,20 +161,26 @@ class Router:
             self.check_state(topic)
             return []
         if partition is not None or (keys is None and not self._keyless_sticky):
-            return [(self.target(topic, partition, None), keys, values)]
+            return [(self.target(topic, partition, None), keys, values, headers)]
         if keys is None:
-            return self._spread(topic, values)
+            return self._spread(topic, values, headers)
         first = self.target(topic, None, keys[0])
         count = self._metadata.partition_count(topic) or first.partition + 1
-        runs: dict[TopicPartition, tuple[list[bytes | None], list[bytes | None]]] = {}
+        runs: dict[TopicPartition, tuple[list[bytes | None], list[bytes | None],
+                                         list[list[Header]]]] = {}
         choose = self._acc.choose_partition
-        for key, value in zip(keys, values, strict=True):
-            ks, vals = runs.setdefault(TopicPartition(topic, choose(topic, key, count)), ([], []))
+        for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+            ks, vals, hs = runs.setdefault(TopicPartition(topic, choose(topic, key, count)),
+                                           ([], [], []))
             ks.append(key)
             vals.append(value)
-        return [(tp, ks, vals) for tp, (ks, vals) in runs.items()]
+            if headers is not None:
+                hs.append(headers[i])
+        return [(tp, ks, vals, hs if headers is not None else None)
+                for tp, (ks, vals, hs) in runs.items()]
 
-    def _spread(self, topic: str, values: list[bytes | None]) -> Groups:
+    def _spread(self, topic: str, values: list[bytes | None],
+                headers: list[list[Header]] | None) -> Groups:
         """Keyless records in runs of about one batch, on the sticky partition and the next
         ones in turn, as KIP-480 spreads ``send()``'s records (it moves on when a batch fills):
         a bulk call fills batches on several partitions, and one Produce request carries a
@@ -190,7 +200,8 @@ class Router:
                 order.append(tp)
         if not order:
             self._core.send(first)  # raises: no partition of the topic was declared
-        return [(order[run % len(order)], None, values[run * per_batch:(run + 1) * per_batch])
+        return [(order[run % len(order)], None, values[run * per_batch:(run + 1) * per_batch],
+                 None if headers is None else headers[run * per_batch:(run + 1) * per_batch])
                 for run in range(runs)]
 
     def await_buffer(self, topic: str) -> None:

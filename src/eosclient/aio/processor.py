@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from eosclient._processor.core import Item, Output, ProcessorCore, ProcessorSettings
+from eosclient._processor.core import CopyRun, Item, Output, ProcessorCore, ProcessorSettings
 from eosclient._processor.stats import ProcessorStats
 from eosclient._processor.steps import Ports, Steps, call
 from eosclient.aio.consumer import AsyncReadCommittedConsumer
@@ -187,6 +187,11 @@ class _Ports:
         # A cancellation between two records leaves the first queued: the steps abort the
         # transaction then, so none of them commits.
         await self._need(self.producer)._send_many(topic, items)
+
+    async def send_copies(self, topic: str, runs: list[CopyRun]) -> None:
+        producer = self._need(self.producer)
+        for values, keys, headers in runs:
+            await producer._send_run(topic, values, keys, headers)
 
     async def probe(self, topic: str, headers: list[tuple[str, bytes]]) -> None:
         producer = self._need(self.producer)

@@ -34,6 +34,7 @@ from concurrent.futures import Future
 from typing import Any, Generic, TypeVar
 
 from eosclient._args import timeout_of
+from eosclient._core.encoder import Header
 from eosclient._core.partitioner import Partitioner
 from eosclient._core.prepared import PreparedTransaction
 from eosclient._core.records import Serializer
@@ -324,13 +325,24 @@ class AsyncTransactionalProducer:
 
     async def send_batch(self, topic: str, values: Sequence[object],
                          keys: Sequence[object] | None = None,
-                         partition: int | None = None) -> Delivery[list[RecordMetadata]]:
-        """Queue many header-less records at once, as
-        :meth:`TransactionalProducer.send_batch`; nothing was queued if it raises."""
+                         partition: int | None = None, *,
+                         headers: Sequence[Sequence[tuple[str, Any]] | None] | None = None,
+                         ) -> Delivery[list[RecordMetadata]]:
+        """Queue many records at once, as :meth:`TransactionalProducer.send_batch`; nothing
+        was queued if it raises."""
         await self._await_room(args.topic_of(topic))
-        delivery = Delivery(self._sync.send_batch(topic, values, keys, partition))
+        delivery = Delivery(self._sync.send_batch(topic, values, keys, partition,
+                                                  headers=headers))
         self._driving().pump()  # the full batches go out now (no await: see send)
         return delivery
+
+    async def _send_run(self, topic: str, values: Sequence[object],
+                        keys: Sequence[object] | None, headers: list[list[Header]]) -> None:
+        """As :meth:`send_batch` for records whose headers the caller made (the asyncio
+        processor's copy): ``TransactionalProducer._send_run``."""
+        await self._await_room(args.topic_of(topic))
+        self._sync._send_run(topic, values, keys, headers)
+        self._driving().pump()  # the full batches go out now (no await: see send)
 
     async def partitions_for(self, topic: str) -> list[TopicPartition]:
         """As :meth:`TransactionalProducer.partitions_for`."""

@@ -1,0 +1,201 @@
+"""``RecordColumns`` as ``poll_batch()`` makes them: records checked when delivered, decoded
+only when a column is asked for, or copied into one buffer (``values_buffer()``). Both builds
+(compiled and pure Python) must give the same rows, the same buffers and the same typed errors
+as decoding at once does, on any batch and on corrupt ones."""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from types import ModuleType
+from typing import Any
+
+import crc32c
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eosclient._core import _accel, decode, encoder
+from eosclient._core.types import TopicPartition
+from eosclient.errors import EosError
+
+TP = TopicPartition("orders", 3)
+T0 = 1_700_000_000_000
+FIELDS = ("offsets", "keys", "values", "timestamps", "headers")
+
+_PURE: dict[str, ModuleType] = {}
+
+
+def pure_decode() -> Any:
+    if "decode" not in _PURE:
+        _PURE["decode"] = _accel.load_pure(decode.__name__)
+    return _PURE["decode"]
+
+
+BUILDS = pytest.mark.parametrize("build", ["imported", "pure"])
+
+
+def module_of(build: str) -> Any:
+    return decode if build == "imported" else pure_decode()
+
+
+_HEADERS = st.lists(st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=9))),
+                    max_size=2)
+_RECORD = st.tuples(st.integers(0, 5_000), st.one_of(st.none(), st.binary(max_size=30)),
+                    st.one_of(st.none(), st.binary(max_size=200)), _HEADERS)
+
+
+def encode(records: list[Any], base_offset: int, codec: int = 0) -> bytes:
+    data = bytearray(encoder.encode_batch(
+        [(T0 + dt, k, v, h) for dt, k, v, h in records], producer_id=7, producer_epoch=1,
+        base_sequence=0, transactional=False, compression=codec))
+    struct.pack_into(">q", data, 0, base_offset)
+    return bytes(data)
+
+
+def fields(columns: Any) -> tuple[Any, ...]:
+    return tuple(getattr(columns, f) for f in FIELDS)
+
+
+def delivered(module: Any, data: bytes, min_offset: int, *, lazy: bool) -> Any:
+    """Every batch of ``data`` onto one ``RecordColumns``, checked only (lazy) or decoded."""
+    columns = module.RecordColumns(*TP)
+    for batch in module.decode_batches(data, TP).batches:
+        batch.columns(columns, min_offset, decode=not lazy)
+    return columns
+
+
+def everything(columns: Any) -> tuple[Any, ...]:
+    """All a caller can read from ``columns``, without and then with decoding its lists."""
+    size = len(columns)
+    head = (size, [columns.offset_at(i) for i in range(size)],
+            columns.next_offset if size else None, repr(columns))
+    values, keys = columns.values_buffer(), columns.keys_buffer()
+    buffers = [(b.data, list(b.offsets), b.nulls, list(b), len(b)) for b in (values, keys)]
+    spans = [columns.records(a, b) for a, b in ((0, None), (1, 3), (size // 2, None), (2, 1))]
+    return (head, buffers, [[tuple(r) for r in s] for s in spans], fields(columns))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=st.lists(st.lists(_RECORD, min_size=1, max_size=25), min_size=1, max_size=3),
+       min_delta=st.integers(0, 30), codec=st.sampled_from([0, 0, 1]))
+def test_checked_columns_read_as_decoded_ones_in_both_builds(
+        batches: list[list[Any]], min_delta: int, codec: int) -> None:
+    data, base = b"", 1000
+    for records in batches:
+        data += encode(records, base, codec)
+        base += len(records) + 5  # a gap between batches: offsets not consecutive
+    seen = [everything(delivered(m, data, 1000 + min_delta, lazy=lazy))
+            for m in (decode, pure_decode()) for lazy in (True, False)]
+    assert all(s == seen[0] for s in seen[1:])
+    rows = seen[0][3]
+    assert list(seen[0][1][0][3]) == rows[2]  # the values buffer holds the values column
+    assert all(o >= 1000 + min_delta for o in rows[0])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(_RECORD, min_size=1, max_size=30), data=st.data())
+def test_extend_and_truncate_keep_rows_alike_lazy_or_decoded(records: list[Any],
+                                                             data: st.DataObject) -> None:
+    raw = encode(records, 50) + encode(records, 50 + len(records))
+    ops = data.draw(st.lists(st.tuples(st.sampled_from(["extend", "truncate", "decode"]),
+                                       st.integers(0, 70), st.integers(0, 70)), max_size=6))
+    outcomes = []
+    for module in (decode, pure_decode()):
+        for lazy in (True, False):
+            source = delivered(module, raw, 0, lazy=lazy)
+            target = module.RecordColumns(*TP)
+            for op, a, b in ops:
+                if op == "extend":
+                    target.extend(source, a, b)
+                elif op == "truncate":
+                    target.truncate(a)
+                else:
+                    target.values  # noqa: B018 - decodes its lists: later steps go on from them
+            outcomes.append(everything(target))
+    assert all(o == outcomes[0] for o in outcomes[1:])
+
+
+def _corrupt(records: list[Any], data: st.DataObject) -> bytes:
+    raw = bytearray(encode(records, 100))
+    how = data.draw(st.sampled_from(["flip-and-recrc", "garbage-records", "lying-count"]))
+    if how == "garbage-records":  # arbitrary bytes for records, under a valid CRC
+        raw = raw[:61] + bytearray(data.draw(st.binary(min_size=1, max_size=200)))
+        struct.pack_into(">i", raw, 8, len(raw) - 12)
+    elif how == "lying-count":
+        struct.pack_into(">i", raw, 57, data.draw(st.integers(0, 60)))
+    else:
+        at = data.draw(st.integers(61, len(raw) - 1))
+        raw[at] ^= data.draw(st.integers(1, 255))
+    struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[21:])))
+    return bytes(raw)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(_RECORD, min_size=1, max_size=20), data=st.data())
+def test_corrupt_records_fail_alike_when_checked_as_when_decoded(records: list[Any],
+                                                                 data: st.DataObject) -> None:
+    raw = _corrupt(records, data)
+
+    def outcome(module: Any, lazy: bool) -> tuple[Any, ...]:
+        try:
+            return ("ok", everything(delivered(module, raw, 0, lazy=lazy)))
+        except EosError as exc:
+            return ("error", type(exc).__name__, getattr(exc, "offset", None))
+
+    seen = [outcome(m, lazy) for m in (decode, pure_decode()) for lazy in (True, False)]
+    assert all(s == seen[0] for s in seen[1:])
+
+
+def test_a_failed_check_leaves_the_columns_as_they_were() -> None:
+    good, bad = bytearray(encode([(0, None, b"a", [])] * 3, 0)), bytearray(
+        encode([(0, None, b"b", [])] * 3, 3))
+    struct.pack_into(">i", bad, 57, 4)  # one record more than it holds; the CRC is redone
+    struct.pack_into(">I", bad, 17, crc32c.crc32c(bytes(bad[21:])))
+    for build in (decode, pure_decode()):
+        columns = build.RecordColumns(*TP)
+        [first] = build.decode_batches(bytes(good), TP).batches
+        [second] = build.decode_batches(bytes(bad), TP).batches
+        first.columns(columns)
+        with pytest.raises(EosError):
+            second.columns(columns)
+        assert len(columns) == 3 and columns.values == [b"a"] * 3
+
+
+@BUILDS
+def test_len_and_next_offset_need_no_decoding(build: str) -> None:
+    module = module_of(build)
+    raw = encode([(i, None, b"v%d" % i, []) for i in range(10)], 40)
+    columns = delivered(module, raw, 44, lazy=True)
+    assert (len(columns), columns.next_offset, columns.offset_at(0)) == (6, 50, 44)
+    with pytest.raises(IndexError):
+        columns.offset_at(6)
+    with pytest.raises(IndexError):
+        module.RecordColumns(*TP).next_offset  # noqa: B018 - no rows: nothing to commit
+
+
+@BUILDS
+def test_values_buffer_is_arrows_binary_layout(build: str) -> None:
+    module = module_of(build)
+    raw = encode([(0, b"k", b"one", []), (1, None, None, []), (2, b"", b"", [])], 0)
+    for lazy in (True, False):
+        values = delivered(module, raw, 0, lazy=lazy).values_buffer()
+        assert (values.data, list(values.offsets), values.nulls) == (b"one", [0, 3, 3, 3], [1])
+        assert (values[0], values[1], values[2], values[-3]) == (b"one", None, b"", b"one")
+        with pytest.raises(IndexError):
+            values[3]
+        array = values.to_arrow()
+        assert array.to_pylist() == [b"one", None, b""]
+
+
+@BUILDS
+def test_columns_given_as_lists_pickle_and_convert(build: str) -> None:
+    module = module_of(build)
+    columns = module.RecordColumns("t", 1, [3, 4], [None, b"k"], [b"a", None], [5, 6],
+                                   [(), (("h", b"v"),)])
+    back = pickle.loads(pickle.dumps(columns))
+    assert fields(back) == fields(columns) and back.records() == columns.records()
+    assert list(columns.values_buffer()) == [b"a", None]
+    assert list(columns.keys_buffer()) == [None, b"k"]
+    lazy = delivered(module, encode([(0, None, b"x", [("h", b"v")])], 9), 0, lazy=True)
+    assert fields(pickle.loads(pickle.dumps(lazy))) == fields(lazy)
