@@ -323,7 +323,7 @@ def test_a_follower_whose_rejoin_keeps_the_generation_leaves_and_joins_anew(
     # member's partitions stayed unassigned for good. A LeaveGroup makes it start a new one.
     m, join = _rejoined(settings)
     m.on_response(join, joined(member="m1", leader="m2", generation=5), 2.0)  # not 6
-    assert "answered the rejoin of a follower with the same generation 5" in caplog.text
+    assert "answered the rejoin of a follower with the same generation 5," in caplog.text
     _leaves_then_joins_anew(m, settings, 2.0)
 
 
@@ -333,7 +333,7 @@ def test_a_leader_whose_assignment_was_ignored_leaves_and_joins_anew(
     m.on_response(join, joined(generation=5), 2.0)  # the leader, generation 5 again
     sync = one(m.poll(2.0, counts), "sync")  # it assigns m1 t-0..t-3
     m.on_response(sync, synced([TP("t", 0), TP("t", 1)]), 3.0)  # the old share, not its own
-    assert "ignored the leader's assignment of its generation 5" in caplog.text
+    assert "ignored the leader's assignment of generation 5 and" in caplog.text
     _leaves_then_joins_anew(m, STATIC, 3.0)
 
 
@@ -347,6 +347,31 @@ def test_a_leader_whose_assignment_was_applied_in_the_same_generation_stays() ->
     mine = wire.read_assignment(sync.request.assignments[0].assignment)
     m.on_response(sync, synced(mine), 3.0)
     assert m.state is State.ASSIGNING and m.take_assignment(3.0) == mine
+
+
+def test_a_static_member_takes_back_its_old_member_id_named_leader_by_no_one(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Tansu, after a static leader's process died and its session ran out, went on naming its
+    # old member id as leader when the restarted instance joined under a new one: nobody
+    # assigned, every SyncGroup got REBALANCE_IN_PROGRESS, for good. The instance takes it back.
+    m, join = joining(settings=STATIC)
+    m.on_response(join, joined(member="i-1-new", leader="i-1-old", generation=4), 1.0)
+    assert "names as leader 'i-1-old', a member id it gave this instance before" in caplog.text
+    leave = one(m.poll(1.0, counts), "leave")
+    assert leave.request.members[0].member_id == "i-1-new"
+    m.on_response(leave, APIS[ApiKey.LEAVE_GROUP].response(
+        version=3, throttle_time_ms=0, error_code=0, members=[]), 2.0)
+    assert one(m.poll(2.0, counts), "join").request.member_id == "i-1-old"
+
+
+@pytest.mark.parametrize(("settings", "leader"), [
+    (STATIC, "i-2-old"),  # another instance's member id: not ours to take
+    (SETTINGS, "i-1-old"),  # a dynamic member has no instance id
+])
+def test_a_leader_id_of_another_instance_is_left_alone(settings: Settings, leader: str) -> None:
+    m, join = joining(settings=settings)
+    m.on_response(join, joined(member="i-1-new", leader=leader, generation=4), 1.0)
+    assert m.state is State.SYNCING and m.member_id == "i-1-new"
 
 
 def test_a_rejoin_answered_with_a_new_generation_syncs() -> None:

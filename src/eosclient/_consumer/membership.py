@@ -287,10 +287,19 @@ class Membership:
             self._on_error(ApiKey.JOIN_GROUP, code, now, member_id=response.member_id)
             return
         self._failures = 0
+        if self._orphaned_leader(response):
+            self.member_id = response.member_id  # the id to leave under
+            self._reform(f"names as leader {response.leader!r}, a member id it gave this "
+                         f"instance before and no process holds now (it answered this one "
+                         f"{response.member_id!r}), so nobody would assign", now,
+                         rejoin_as=response.leader)
+            return
         self._same_generation = (0 <= self.generation == response.generation_id
                                  and self.member_id == response.member_id)
         if self._same_generation and response.leader != response.member_id:
-            self._reform("answered the rejoin of a follower with the same generation", now)
+            self._reform(f"answered the rejoin of a follower with the same generation "
+                         f"{self.generation}, so it keeps that generation's assignment (the "
+                         f"partitions of departed members would be read by nobody)", now)
             return
         self.member_id, self.generation = response.member_id, response.generation_id
         self.last_joined = (response.generation_id, response.member_id)
@@ -299,7 +308,21 @@ class Membership:
         self._heartbeat_at = now + self.settings.heartbeat_interval
         self._transition(Input.RECV_JOINED, now)
 
-    def _reform(self, why: str, now: float) -> None:
+    def _orphaned_leader(self, response: Any) -> bool:
+        """Whether the coordinator names as leader a member id of this member's own
+        ``group.instance.id`` (static member ids are ``<instance id>-<uuid>``) other than the
+        one it just answered this member with. Kafka and noida-db move the leadership to the
+        new member id when a static member joins again; Tansu, when the leader's process died
+        and its session ran out, keeps naming the old id, with no member holding it, so nobody
+        assigns and every SyncGroup is answered REBALANCE_IN_PROGRESS, for good (nemesis
+        Tansu seed 9). This member leaves under its new id and joins again under the old one:
+        Tansu admits a JoinGroup with an unknown member id as a new member, here the leader."""
+        instance = self.settings.group_instance_id
+        leader = response.leader or ""
+        return (instance is not None and leader != response.member_id
+                and leader.startswith(f"{instance}-"))
+
+    def _reform(self, why: str, now: float, *, rejoin_as: str = "") -> None:
         """The coordinator asked this member to rejoin its generation (REBALANCE_IN_PROGRESS,
         or it is the leader and the partition counts changed) and then kept that generation's
         old assignment. Kafka always starts a new generation then. Tansu, for static members,
@@ -313,10 +336,9 @@ class Membership:
         assigns). A LeaveGroup makes the coordinator start a new generation, which every member
         joins; so this member leaves (static or not) and joins again once that is answered, as
         a new member."""
-        log.warning("group %r: the coordinator %s %d (it keeps that generation's assignment: "
-                    "the partitions of departed members would be read by nobody): leaving and "
-                    "joining again to start a new generation", self.settings.group_id, why,
-                    self.generation)
+        log.warning("group %r: the coordinator %s: leaving and joining again%s",
+                    self.settings.group_id, why,
+                    f" as {rejoin_as!r}" if rejoin_as else " to start a new generation")
         if self.state is not State.JOINING:
             self._transition(Input.RECV_REJOIN, now)  # SYNCING: the leader, after SyncGroup
         self._reform_leave = Send(wire.leave_group(
@@ -324,7 +346,7 @@ class Membership:
             group_instance_id=self.settings.group_instance_id,
             reason="the coordinator did not start a new generation"), "leave", self.attempt)
         self._outbox.append(self._reform_leave)
-        self.member_id, self.generation = "", -1
+        self.member_id, self.generation = rejoin_as, -1
         self._step_at = float("inf")  # until the LeaveGroup is answered (on_response)
 
     def _on_synced(self, response: Any, now: float) -> None:
@@ -335,7 +357,9 @@ class Membership:
             return
         own, self._own_share = self._own_share, None
         if self._same_generation and own is not None and response.assignment != own:
-            self._reform("ignored the leader's assignment of its generation", now)
+            self._reform(f"ignored the leader's assignment of generation {self.generation} and "
+                         f"kept the old one (the partitions of departed members would be read "
+                         f"by nobody)", now)
             return
         self.assignment = wire.read_assignment(response.assignment)
         log.info("group %r: generation %d assigns %s", self.settings.group_id, self.generation,
