@@ -207,7 +207,9 @@ def test_killed_mid_run_then_restarted(noida_broker: RunningBroker, unique_name:
                                  transactional_id=txn,
                                  consumer_config={"fetch.max.wait.ms": 100, **session})
     started = time.monotonic()
-    stats = again.run(idle_timeout=2, timeout=40)
+    # idle_timeout counts from the start: 2 s ended a loaded run before its first record
+    # (records_in 0, under pytest-xdist); 5 s is still far below the 30 s session.
+    stats = again.run(idle_timeout=5, timeout=40)
     assert time.monotonic() - started < 20, "the restarted processor waited for the session"
     assert 0 < stats.records_in < 3000
     report = check(noida_broker.bootstrap_servers, source, sink)
