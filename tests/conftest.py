@@ -19,15 +19,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without ``--long``, the long run is deselected (not 51 skips in every summary).
-
-    Under pytest-xdist (``-n``, ``--dist loadgroup``) the tests marked ``spark`` share one
-    worker: one Spark session, and no two JVMs competing for the cores.
-    """
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            if "spark" in item.keywords:
-                item.add_marker(pytest.mark.xdist_group("spark"))
+    """Without ``--long``, the long run is deselected (not 51 skips in every summary)."""
     if config.getoption("--long"):
         return
     long_run = [item for item in items if "long" in item.keywords]
