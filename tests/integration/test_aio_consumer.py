@@ -184,7 +184,6 @@ def test_commit_seek_and_ends_on_an_assigned_partition(
     run_async(main())
 
 
-@pytest.mark.slow  # Tansu holds a JoinGroup for ~23 s
 def test_subscribe_runs_coroutine_callbacks_and_commits_in_the_group(
         broker: RunningBroker, unique_name: Callable[[str], str]) -> None:
     topic, group = topics.create_topic(broker, unique_name("t"), 2), unique_name("group")
@@ -205,7 +204,8 @@ def test_subscribe_runs_coroutine_callbacks_and_commits_in_the_group(
     async def main() -> None:
         consumer = AsyncReadCommittedConsumer(
             broker.bootstrap_servers, group_id=group, auto_offset_reset="earliest",
-            config={"heartbeat.interval.ms": 200})
+            # Tansu holds a JoinGroup for about half the session timeout (~23 s at 45 s)
+            config={"heartbeat.interval.ms": 200, "session.timeout.ms": 6000})
         await consumer.start()
         consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
         with pytest.raises(IllegalStateError):
@@ -228,7 +228,7 @@ def test_subscribe_runs_coroutine_callbacks_and_commits_in_the_group(
                      ("revoke", [TopicPartition(topic, 0), TopicPartition(topic, 1)])]
 
 
-@pytest.mark.noida  # the group join takes ~0.4 s there (23 s on Tansu)
+@pytest.mark.noida  # the group join takes ~0.4 s there (~23 s on Tansu at the default session)
 def test_a_task_cancelled_in_on_assign_leaves_the_group_consistent(
         noida_broker: RunningBroker, unique_name: Callable[[str], str]) -> None:
     broker = noida_broker

@@ -146,7 +146,9 @@ def test_group_consume_then_lag(run: Run, topic_name: str,
     assert run("topics", "create", topic_name)[0] == 0
     assert run("produce", "-t", topic_name, stdin=b"1\n2\n3\n")[0] == 0  # 0-2; marker 3
     group = unique_name("g")
-    status, out, _ = run("consume", "-t", topic_name, "-g", group, "-c", "2", "--timeout", "60")
+    # -X: Tansu holds a JoinGroup for about half the session timeout (~23 s at the default 45 s)
+    status, out, _ = run("consume", "-t", topic_name, "-g", group, "-c", "2", "--timeout", "60",
+                         "-X", "session.timeout.ms=6000")
     assert (status, out) == (0, "1\n2\n")
     status, out, _ = run("groups", "list", "--format", "json")
     assert group in [json.loads(line)["group"] for line in out.splitlines()]

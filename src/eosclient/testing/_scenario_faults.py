@@ -39,7 +39,8 @@ _KILL_HOLD: Final = 0.5  # a Produce or EndTxn held this long: the child is kill
 _CHILD_STARTS: Final = 5  # copies started after the kills, each after the last one failed
 _RESTART_HOLD: Final = 1.0  # the next transaction's registration, held while the broker restarts
 _ZOMBIE_HOLD: Final = 3.0  # the paused instance's Produce is held this long
-# Seconds of transform time for the whole input (rebalance), by broker: Tansu's joins take ~23 s.
+# Seconds of transform time for the whole input (rebalance), by broker. Tansu's pace dates from
+# joins of ~23 s; it holds a join for about half the session timeout, 3 s at the runs' 6 s.
 _REBALANCE_PACE: Final = {"noida": 4.0, "tansu": 90.0}
 _COORDINATOR_APIS: Final = (ApiKey.INIT_PRODUCER_ID,
                             ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN,
