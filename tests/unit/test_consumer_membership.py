@@ -355,18 +355,20 @@ def test_a_static_member_takes_back_its_old_member_id_named_leader_by_no_one(
     # old member id as leader when the restarted instance joined under a new one: nobody
     # assigned, every SyncGroup got REBALANCE_IN_PROGRESS, for good. The instance takes it back.
     m, join = joining(settings=STATIC)
-    m.on_response(join, joined(member="i-1-new", leader="i-1-old", generation=4), 1.0)
-    assert "names as leader 'i-1-old', a member id it gave this instance before" in caplog.text
+    old = "i-1-0f66bc71-fd48-919e-856c-8edbce53a410"
+    m.on_response(join, joined(member="i-1-new", leader=old, generation=4), 1.0)
+    assert f"names as leader {old!r}, a member id it gave this instance before" in caplog.text
     leave = one(m.poll(1.0, counts), "leave")
     assert leave.request.members[0].member_id == "i-1-new"
     m.on_response(leave, APIS[ApiKey.LEAVE_GROUP].response(
         version=3, throttle_time_ms=0, error_code=0, members=[]), 2.0)
-    assert one(m.poll(2.0, counts), "join").request.member_id == "i-1-old"
+    assert one(m.poll(2.0, counts), "join").request.member_id == old
 
 
 @pytest.mark.parametrize(("settings", "leader"), [
-    (STATIC, "i-2-old"),  # another instance's member id: not ours to take
-    (SETTINGS, "i-1-old"),  # a dynamic member has no instance id
+    (STATIC, "i-2-0f66bc71-fd48-919e-856c-8edbce53a410"),  # another instance's member id
+    (STATIC, "i-1-x-0f66bc71-fd48-919e-856c-8edbce53a410"),  # instance "i-1-x", not "i-1"
+    (SETTINGS, "i-1-0f66bc71-fd48-919e-856c-8edbce53a410"),  # a dynamic member has no instance
 ])
 def test_a_leader_id_of_another_instance_is_left_alone(settings: Settings, leader: str) -> None:
     m, join = joining(settings=settings)

@@ -51,6 +51,7 @@ is the paused process that the coordinator fences.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Final
 
@@ -320,7 +321,8 @@ class Membership:
         instance = self.settings.group_instance_id
         leader = response.leader or ""
         return (instance is not None and leader != response.member_id
-                and leader.startswith(f"{instance}-"))
+                and leader.startswith(f"{instance}-")
+                and _UUID.fullmatch(leader[len(instance) + 1:]) is not None)
 
     def _reform(self, why: str, now: float, *, rejoin_as: str = "") -> None:
         """The coordinator asked this member to rejoin its generation (REBALANCE_IN_PROGRESS,
@@ -573,6 +575,8 @@ class Membership:
 
 
 _FOLLOWER: Final = object()  # _joined for a member that is not the leader
+# the tail of a static member id, "<group.instance.id>-<uuid>" (Kafka's form, and Tansu's)
+_UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _partitions(partitions: Iterable[TopicPartition]) -> str:
