@@ -5,7 +5,10 @@
 rows (Arrow record batches, converted column by column) in a transaction of its own
 transactional id, ``<sinkId>-w<partition>``, and returns a :class:`~._driver.TaskCommit` with
 the flushed transaction *still open* (:meth:`~eosclient.TransactionalProducer.prepare_transaction`).
-The driver ends them all in one decision (:mod:`eosclient.spark._driver`). A retried or
+The driver ends them all in one decision (:mod:`eosclient.spark._driver`). With a ``topic``
+option, the tasks write behind a gate (:mod:`eosclient.spark._gate`) that the driver opens
+when it makes the writer, and releases after ending them: readers see the batch at once.
+A retried or
 speculative attempt of a task initialises the same transactional id, which fences the earlier
 attempt and aborts its transaction.
 
@@ -14,7 +17,8 @@ Options: ``bootstrap.servers`` (required), ``sinkId`` (required; one per query),
 the sink's records; default ``topic``), ``timeoutSeconds`` (60), ``chunkSize`` (5000), and any
 producer setting as ``kafka.<dotted key>`` (``kafka.linger.ms``). ``batchId`` (batch writes:
 the batch's id; a batch done already is skipped). ``testing.crashAt`` is a test hook
-(:func:`eosclient.spark._driver.crash_point`).
+(:func:`eosclient.spark._driver.crash_point`); ``testing.gate`` = ``off`` writes without a gate
+(tests only: to show that their reader notices a batch seen in parts).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from eosclient._processor.topics import partition_count
 from eosclient.config import ProducerConfig, build
 from eosclient.errors import ConfigError
 from eosclient.producer import TransactionalProducer
-from eosclient.spark import _driver
+from eosclient.spark import _driver, _gate
 from eosclient.spark._decisions import Records, transactional_id
 from eosclient.spark._rows import Layout, chunks, layout_of
 from eosclient.spark._task import write_chunks
@@ -67,6 +71,7 @@ class WriterPlan:
     done: int | None  # the last batch done when the writer was made (after recovery)
     crash_at: str | None = None  # tests only: the ``testing.crashAt`` option
     batch_id: int | None = None  # the batch writer's ``batchId`` option
+    gate: _gate.Gate | None = None  # open in front of ``partitions`` (None: no gate)
 
     @classmethod
     def make(cls, options: Mapping[str, str], schema: StructType) -> WriterPlan:
@@ -103,20 +108,38 @@ class WriterPlan:
         partitions = None if topic is None else tuple(
             TopicPartition(topic, p) for p in range(partition_count(servers, topic, timeout)))
         anchor = TopicPartition(anchor_topic, 0)
+        gated = topic is not None and (get("testing.gate") or "on").lower() != "off"
         records = Records(servers, sink_id, anchor, timeout)
         try:
-            done = _driver.recover(records, servers)
+            done = _driver.recover(records, servers, producer_config)
+            gate = _gate_for(records, servers, topic, partitions, producer_config,
+                             gated=gated)
         finally:
             records.close()
+        if gate is not None:  # a gate kept from before a restart may cover fewer partitions
+            partitions = gate.partitions  # (the topic grew): this batch writes to those only
         batch_id = get("batchId")
         if batch_id is not None and not (batch_id.isdigit() and int(batch_id) < 1 << 40):
             raise ConfigError(f"must be an int >= 0, got {batch_id!r}", key="batchId")
         return cls(servers, sink_id, topic, anchor, partitions, layout, producer_config,
                    timeout, chunk_size, done, get("testing.crashAt"),
-                   None if batch_id is None else int(batch_id))
+                   None if batch_id is None else int(batch_id), gate)
 
     def records(self) -> Records:
         return Records(self.bootstrap_servers, self.sink_id, self.anchor, self.timeout)
+
+
+def _gate_for(records: Records, servers: str, topic: str | None,
+              partitions: tuple[TopicPartition, ...] | None,
+              producer_config: dict[str, object], *, gated: bool) -> _gate.Gate | None:
+    """The gate the next batch's tasks write behind: the open one (Spark makes the writer
+    again to commit, behind the same gate), else a new one; None without a gate."""
+    found = None if topic is None else _gate.current(records, topic)
+    if not gated or partitions is None:
+        if found is not None:  # a gate left by a run with one: nothing is behind it now
+            _gate.release(records, servers, found)
+        return None
+    return found or _gate.open_gate(records, servers, partitions, producer_config)
 
 
 class _Writing:
@@ -132,7 +155,7 @@ class _Writing:
         if batch is not None and plan.done is not None and batch <= plan.done:
             log.info("sink %s batch %d task %d: committed before; not written", plan.sink_id,
                      batch, task)
-            return _driver.TaskCommit(task, None, 0, True)
+            return _driver.TaskCommit(task, None, 0, True, _gate_of(plan))
         producer: TransactionalProducer | None = None
         count = 0
         try:
@@ -146,19 +169,21 @@ class _Writing:
             if producer is None:  # no rows; a retry still fences an earlier attempt, whose
                 if context is not None and context.attemptNumber() > 0:  # open transaction
                     _open(plan, task, begin=False).close(plan.timeout)  # holds the LSO back
-                return _driver.TaskCommit(task, None, 0)
+                return _driver.TaskCommit(task, None, 0, gate=_gate_of(plan))
             prepared = producer.prepare_transaction(plan.timeout)
         except BaseException:
             if producer is not None:
                 producer.close(plan.timeout)  # aborts what it began
             raise
-        return _driver.TaskCommit(task, prepared, count)
+        return _driver.TaskCommit(task, prepared, count, gate=_gate_of(plan))
 
     def _commit(self, messages: Sequence[Any], batch: int) -> bool:
         records = self.plan.records()
         try:
             written = _driver.commit(records, self.plan.bootstrap_servers, messages, batch,
-                                     self.plan.crash_at)
+                                     gate=self.plan.gate,
+                                     producer_config=self.plan.producer_config,
+                                     crash=self.plan.crash_at)
         finally:
             records.close()
         counted = sum(m.records for m in messages if m is not None)
@@ -171,7 +196,8 @@ class _Writing:
                     batch)
         records = self.plan.records()
         try:
-            _driver.abort(records, self.plan.bootstrap_servers, messages, batch)
+            _driver.abort(records, self.plan.bootstrap_servers, messages, batch,
+                          gate=self.plan.gate, producer_config=self.plan.producer_config)
         finally:
             records.close()
 
@@ -220,6 +246,10 @@ class BatchWriter(_Writing, DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self._abort(messages, self.batch)
+
+
+def _gate_of(plan: WriterPlan) -> Any:
+    return None if plan.gate is None else plan.gate.prepared
 
 
 def _open(plan: WriterPlan, task: int, *, begin: bool = True) -> TransactionalProducer:
