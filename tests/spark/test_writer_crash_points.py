@@ -36,7 +36,7 @@ FILES, LINES = 3, 30
 # What read_committed readers see of batch 1 right after the failed commit (before the
 # restart): Spark's abort() rolled the decided ones forward and the others back.
 VISIBLE_AFTER_FAILURE = {"before_decision": 0, "after_decision": LINES, "mid_commit": LINES,
-                         "after_commit": LINES, "after_done": LINES}
+                         "after_commit": LINES, "after_gate": LINES, "after_done": LINES}
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
