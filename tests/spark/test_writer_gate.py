@@ -55,8 +55,8 @@ def test_a_reader_polling_during_the_run_sees_each_batch_all_at_once(
     finally:
         poller.stop.set()
         poller.join(30)
-    report = check_output(broker, topic, expected)
-    assert report.ok, str(report)
+    totals = check_output(broker, topic, expected).totals  # no order: repartition() shuffles
+    assert (totals.lost, totals.duplicated, totals.unexpected) == (0, 0, 0), str(totals)
     assert poller.views and poller.views[-1] == dict.fromkeys(range(FILES), LINES)
     partial = poller.partial_views()
     if gate == "on":
