@@ -75,6 +75,12 @@ class Poller(threading.Thread):
         final = self.by_partition[-1]
         return [v for v in self.by_partition if any(n != final.get(k) for k, n in v.items())]
 
+    def partial_twice_running(self) -> int:
+        """How often a batch was seen in part (across partitions) in two polls in a row."""
+        return sum(1 for a, b in zip(self.views, self.views[1:], strict=False)
+                   if any(n != LINES for n in a.values())
+                   and any(n != LINES for n in b.values()))
+
 
 def kill_driver(broker: RunningBroker, topic: str, sink_id: str, tmp_path: Path,
                 point: str) -> None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -83,9 +84,14 @@ def crash_point(setting: str | None, point: str, batch: int) -> None:
     ``testing.crashAt`` option, else the ``EOSCLIENT_SPARK_CRASH`` variable) names it:
     ``<point>:<batch>`` ends this process (the one running the driver's commit) at once;
     ``<point>:<batch>:kill=<pgid>`` SIGKILLs process group ``pgid`` (the driver's: JVM, Python
-    and all; Spark runs the commit in a worker of another group)."""
+    and all; Spark runs the commit in a worker of another group); ``<point>:<batch>:pause=<s>``
+    only sleeps ``s`` seconds there (a reader then has time to see what that state shows)."""
     wanted = setting or os.environ.get(CRASH_ENV)
     head = f"{point}:{batch}"
+    if wanted and wanted.startswith(head + ":pause="):
+        log.warning("crash point %s of batch %d: pausing", point, batch)
+        time.sleep(float(wanted[len(head + ":pause="):]))
+        return
     if not wanted or not (wanted == head or wanted.startswith(head + ":kill=")):
         return
     log.warning("crash point %s of batch %d: the driver dies here", point, batch)

@@ -134,8 +134,8 @@ def _gate_for(records: Records, servers: str, topic: str | None,
               producer_config: dict[str, object], *, gated: bool) -> _gate.Gate | None:
     """The gate the next batch's tasks write behind: the open one (Spark makes the writer
     again to commit, behind the same gate), else a new one; None without a gate."""
-    found = None if topic is None else _gate.current(records, topic)
-    if not gated or partitions is None:
+    found = _gate.current(records, topic or "")
+    if not gated or topic is None or partitions is None:
         if found is not None:  # a gate left by a run with one: nothing is behind it now
             _gate.release(records, servers, found)
         return None
