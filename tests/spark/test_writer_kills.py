@@ -100,6 +100,7 @@ def kill_driver(broker: RunningBroker, topic: str, sink_id: str, tmp_path: Path,
     "mid_commit",
     pytest.param("before_decision", marks=pytest.mark.long),
     pytest.param("after_decision", marks=pytest.mark.long),
+    pytest.param("after_commit", marks=pytest.mark.long),  # all ended, the gate still open
 ])
 def test_a_killed_driver_leaves_each_batch_whole(
         spark: SparkSession, broker: RunningBroker, unique_name: Names, tmp_path: Path,
@@ -127,8 +128,8 @@ def test_a_killed_driver_leaves_each_batch_whole(
         poller.join(30)
     totals = check_output(broker, topic, expected).totals  # no order: repartition() shuffles
     assert (totals.lost, totals.duplicated, totals.unexpected) == (0, 0, 0), str(totals)
-    # mid_commit: the dead driver committed one of batch 1's three transactions, behind the
-    # gate it left open; readers saw none of batch 1 until the restarted driver finished the
-    # batch and aborted that gate, first thing.
+    # mid_commit: the dead driver committed one of batch 1's three transactions (after_commit:
+    # all three), behind the gate it left open; readers saw none of batch 1 until the restarted
+    # driver finished the batch and aborted that gate, first thing.
     assert poller.views and poller.views[-1] == dict.fromkeys(range(FILES), LINES)
     assert poller.partial_on_a_partition() == []
