@@ -110,9 +110,7 @@ def test_a_zombie_attempts_stale_hand_over_is_never_decided(
     assert retry.prepared.epoch > zombie.prepared.epoch
     with pytest.raises(AbortableError, match="later attempt of the same task"):
         writer.commit([zombie], 0)  # Spark took the zombie's message
-    if broker.kind == "noida":  # on Tansu (no aborted index) eosclient's reader waits for the
-        assert read_topic(servers, topic) == []  # gate's abort marker, which lies past the
-    # retry's open transaction: it reads on once the replay's init aborts that (docs/spark.md)
+    assert read_topic(servers, topic) == []
     replay = writer._write(_batch(["p1", "p2"]), None)  # the batch replayed
     writer.commit([replay], 0)
     assert sorted(visible(servers, topic, 2)) == ["p1", "p2"]

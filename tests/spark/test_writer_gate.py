@@ -8,7 +8,7 @@ with task 0's transaction committed and the others still open.
 The reader must never see a batch in part on a partition, nor across partitions in two polls
 running: the gate's release is one EndTxn, whose markers land a partition at a time, so one poll
 can fall in those milliseconds (seen on both brokers, rarely). With the gate switched off
-(``testing.gate=off``, a test hook) the same run must show batch 1 in part (task 0's partition
+(``gate=off``, a test hook) the same run must show batch 1 in part (task 0's partition
 without the others) for the whole pause: the check can fail.
 """
 
@@ -46,7 +46,7 @@ def test_a_reader_polling_during_the_run_sees_each_batch_all_at_once(
         query = start_writer_query(
             spark, tmp_path / "in", tmp_path / "checkpoint", servers=servers, topic=topic,
             sink_id=unique_name("sink"), tasks=3, partitions=2,
-            options={"testing.gate": gate, "testing.crashAt": "mid_commit:1:pause=2"})
+            options={"gate": gate, "testing.crashAt": "mid_commit:1:pause=2"})
         assert query.awaitTermination(120), "the query did not finish"
         assert query.exception() is None
         visible(servers, topic, len(expected))

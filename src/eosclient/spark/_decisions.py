@@ -13,7 +13,6 @@ group                                 offset
                                       (0: task ``i`` has no transaction in the batch)
 ``<sink>.eosclient-ds.decided``       ``(batch + 1) << 20 | tasks``: THE DECISION
 ``<sink>.eosclient-ds.done``          ``batch + 1``: every transaction of it ended
-``<sink>.eosclient-ds.gate.n``        how many partitions the open gate covers
 ``<sink>.eosclient-ds.gate``          the open gate's identity, coded as a task's
                                       (0: no gate open; :mod:`._gate`)
 ====================================  ===============================================
@@ -132,12 +131,9 @@ class Records:
             decode_entry(self.sink_id, i, self._fetch(self.group(f"t{i}")))
             for i in range(count)))
 
-    def gate(self) -> tuple[PreparedTransaction, int] | None:
-        """The open gate's identity and partition count, or None when no gate is open."""
-        prepared = decode_entry(self.sink_id, None, self._fetch(self.group("gate")))
-        if prepared is None:
-            return None
-        return prepared, self._fetch(self.group("gate.n")) or 0
+    def gate(self) -> PreparedTransaction | None:
+        """The open gate's identity, or None when no gate is open."""
+        return decode_entry(self.sink_id, None, self._fetch(self.group("gate")))
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -151,10 +147,8 @@ class Records:
             self._commit(self.group(f"t{i}"), encode_entry(prepared))
         self._commit(self.group("decided"), decision.encode())
 
-    def record_gate(self, prepared: PreparedTransaction | None, partitions: int) -> None:
-        """Name the open gate (its partition count first), or none (None)."""
-        if prepared is not None:
-            self._commit(self.group("gate.n"), partitions)
+    def record_gate(self, prepared: PreparedTransaction | None) -> None:
+        """Name the open gate, or none (None)."""
         self._commit(self.group("gate"), encode_entry(prepared))
 
     def mark_done(self, batch: int) -> None:

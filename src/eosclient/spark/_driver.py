@@ -195,9 +195,9 @@ def abort(records: Records, bootstrap_servers: str, messages: Sequence[TaskCommi
     if decision is not None and decision.batch == batch:
         recover(records, bootstrap_servers, producer_config)
         decided = set(_transactions(decision.transactions))
+    _release(records, bootstrap_servers, gate)  # first: nothing undecided is behind it, and
     abort_all(bootstrap_servers, [p for p in _by_task(messages) if p not in decided],
-              records.timeout)
-    _release(records, bootstrap_servers, gate)
+              records.timeout)  # Tansu's LSO sticks after aborts under an open older one
 
 
 def abort_all(bootstrap_servers: str, prepared: Sequence[PreparedTransaction | None],

@@ -10,14 +10,20 @@ lies behind a gate record, so however the tasks' transactions end, none of them 
 the gate is open. The driver's commit ends the tasks' transactions, then aborts the gate: one
 EndTxn, after which the LSO of each partition moves past the whole batch.
 
-Which gate is open is recorded beside the sink's decision records (:class:`~._decisions.Records`,
-groups ``gate`` and ``gate.n``): the gate's identity, and how many partitions of the topic it
-covers. The record is set to 0 *before* anything that may end the gate it names (a release, or
-an initialisation of the gate's id), and names a gate only once that gate is flushed; so a
-record that names a gate names one that is open (one driver per sink). That is how the driver
-process that plans a batch and the one that commits it (Spark starts one of each per batch)
-agree on the gate without ending it: both make the writer, and making it opens a gate only
-when none is recorded.
+When: Spark makes the writer on the driver twice per batch, in two processes: once to plan
+the batch (that writer is pickled and shipped to the tasks) and once to commit or abort it.
+The gate is opened when the writer is pickled for the tasks (:meth:`Gate` via
+``WriterPlan.with_new_gate``), which only the planning process does; the committing process
+reads which gate is open from the sink's records (group ``gate``, beside the decision:
+:class:`~._decisions.Records`). The record is set to 0 before anything that may end the gate it
+names (a release, an initialisation of the gate's id) and names a gate only once it is
+flushed, so a record that names a gate names an open one (one driver per sink).
+
+A new gate always replaces the recorded one (initialising the id aborts it): a gate a dead
+driver left open stands in front of nothing decided (recovery, which runs first, finishes a
+decided batch and releases its gate), and Tansu 0.6 keeps a partition's LSO stuck at a
+transaction that was committed, when that transaction followed an aborted one of the same
+transactional id while an older transaction (the dead driver's gate) was still open there.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from eosclient.errors import FencedError
 from eosclient.producer import TransactionalProducer
 from eosclient.spark._decisions import Records, gate_id
 
-__all__ = ["HEADER", "Gate", "gate_id", "open_gate", "release", "reset"]
+__all__ = ["HEADER", "Gate", "current", "open_gate", "release", "reset"]
 
 log = logging.getLogger("eosclient.spark")
 
@@ -42,29 +48,29 @@ HEADER = "eos.gate"
 
 @dataclass(frozen=True, slots=True)
 class Gate:
-    """An open gate: its transaction, and the partitions it stands in front of."""
+    """An open gate: its transaction, and the partitions it stands in front of (empty when
+    read back from the records, which keep only the identity)."""
 
     prepared: PreparedTransaction
-    partitions: tuple[TopicPartition, ...]
+    partitions: tuple[TopicPartition, ...] = ()
 
 
-def current(records: Records, topic: str) -> Gate | None:
+def current(records: Records) -> Gate | None:
     """The open gate the records name, or None."""
-    found = records.gate()
-    if found is None:
-        return None
-    prepared, count = found
-    return Gate(prepared, tuple(TopicPartition(topic, p) for p in range(count)))
+    prepared = records.gate()
+    return None if prepared is None else Gate(prepared)
 
 
 def open_gate(records: Records, bootstrap_servers: str, partitions: Sequence[TopicPartition],
               producer_config: dict[str, object]) -> Gate:
-    """Open a new gate in front of ``partitions``, when the records name none (the id's
-    initialisation aborts any gate left open and unrecorded).
+    """Open a new gate in front of ``partitions``; the id's initialisation aborts the gate
+    open before, recorded or not.
 
     Raises:
-        EosError: Kafka failed; no gate is recorded (the next writer opens one).
+        EosError: Kafka failed; no gate is recorded.
     """
+    if records.gate() is not None:
+        records.record_gate(None)  # before the init below ends the gate it names
     producer = TransactionalProducer(bootstrap_servers,
                                      transactional_id=gate_id(records.sink_id),
                                      config=producer_config)
@@ -77,7 +83,7 @@ def open_gate(records: Records, bootstrap_servers: str, partitions: Sequence[Top
     except BaseException:
         producer.close(records.timeout)
         raise
-    records.record_gate(prepared, len(partitions))
+    records.record_gate(prepared)
     log.debug("sink %s: gate open (epoch %d) on %d partitions", records.sink_id, prepared.epoch,
               len(partitions))
     return Gate(prepared, tuple(partitions))
@@ -86,10 +92,9 @@ def open_gate(records: Records, bootstrap_servers: str, partitions: Sequence[Top
 def release(records: Records, bootstrap_servers: str, gate: Gate) -> None:
     """Abort the gate (one EndTxn): every partition's LSO moves past what was behind it.
     Nothing to do when the records no longer name it (released, or aborted by a reset)."""
-    recorded = records.gate()
-    if recorded is None or recorded[0] != gate.prepared:
+    if records.gate() != gate.prepared:
         return
-    records.record_gate(None, 0)
+    records.record_gate(None)
     try:
         end_prepared(bootstrap_servers, [gate.prepared], commit=False, timeout=records.timeout)
     except FencedError:  # its id was initialised since, which aborted it already
@@ -99,7 +104,7 @@ def release(records: Records, bootstrap_servers: str, gate: Gate) -> None:
 def reset(records: Records, bootstrap_servers: str, producer_config: dict[str, object]) -> None:
     """Abort whatever gate is open, recorded or not, by initialising the gate's id again
     (recovery: the dead driver's gate may have been opened and not yet recorded)."""
-    records.record_gate(None, 0)
+    records.record_gate(None)
     with TransactionalProducer(bootstrap_servers, transactional_id=gate_id(records.sink_id),
                                config=producer_config) as producer:
         producer.init_transactions(records.timeout)

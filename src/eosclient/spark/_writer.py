@@ -7,7 +7,8 @@ transactional id, ``<sinkId>-w<partition>``, and returns a :class:`~._driver.Tas
 the flushed transaction *still open* (:meth:`~eosclient.TransactionalProducer.prepare_transaction`).
 The driver ends them all in one decision (:mod:`eosclient.spark._driver`). With a ``topic``
 option, the tasks write behind a gate (:mod:`eosclient.spark._gate`) that the driver opens
-when it makes the writer, and releases after ending them: readers see the batch at once.
+when it ships the writer to them, and releases after ending them: readers see the batch at
+once.
 A retried or
 speculative attempt of a task initialises the same transactional id, which fences the earlier
 attempt and aborts its transaction.
@@ -17,8 +18,9 @@ Options: ``bootstrap.servers`` (required), ``sinkId`` (required; one per query),
 the sink's records; default ``topic``), ``timeoutSeconds`` (60), ``chunkSize`` (5000), and any
 producer setting as ``kafka.<dotted key>`` (``kafka.linger.ms``). ``batchId`` (batch writes:
 the batch's id; a batch done already is skipped). ``testing.crashAt`` is a test hook
-(:func:`eosclient.spark._driver.crash_point`); ``testing.gate`` = ``off`` writes without a gate
-(tests only: to show that their reader notices a batch seen in parts).
+(:func:`eosclient.spark._driver.crash_point`). ``gate`` (``on``, the default, or ``off``):
+whether the tasks write behind a gate (``off``: each task's transaction becomes visible on its
+own; see docs/spark.md for Tansu).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark import TaskContext
@@ -71,7 +73,8 @@ class WriterPlan:
     done: int | None  # the last batch done when the writer was made (after recovery)
     crash_at: str | None = None  # tests only: the ``testing.crashAt`` option
     batch_id: int | None = None  # the batch writer's ``batchId`` option
-    gate: _gate.Gate | None = None  # open in front of ``partitions`` (None: no gate)
+    gate: _gate.Gate | None = None  # the open gate (None: none)
+    gated: bool = False  # the tasks write behind a gate (a ``topic`` option, not switched off)
 
     @classmethod
     def make(cls, options: Mapping[str, str], schema: StructType) -> WriterPlan:
@@ -108,44 +111,62 @@ class WriterPlan:
         partitions = None if topic is None else tuple(
             TopicPartition(topic, p) for p in range(partition_count(servers, topic, timeout)))
         anchor = TopicPartition(anchor_topic, 0)
-        gated = topic is not None and (get("testing.gate") or "on").lower() != "off"
+        gate_option = (get("gate") or "on").lower()
+        if gate_option not in {"on", "off"}:
+            raise ConfigError(f"must be on or off, got {gate_option!r}", key="gate")
+        gated = topic is not None and gate_option == "on"
         records = Records(servers, sink_id, anchor, timeout)
         try:
             done = _driver.recover(records, servers, producer_config)
-            gate = _gate_for(records, servers, topic, partitions, producer_config,
-                             gated=gated)
+            gate = _gate.current(records)
+            if gate is not None and not gated:  # left by a run with one; nothing behind it
+                _gate.release(records, servers, gate)
+                gate = None
         finally:
             records.close()
-        if gate is not None:  # a gate kept from before a restart may cover fewer partitions
-            partitions = gate.partitions  # (the topic grew): this batch writes to those only
         batch_id = get("batchId")
         if batch_id is not None and not (batch_id.isdigit() and int(batch_id) < 1 << 40):
             raise ConfigError(f"must be an int >= 0, got {batch_id!r}", key="batchId")
         return cls(servers, sink_id, topic, anchor, partitions, layout, producer_config,
                    timeout, chunk_size, done, get("testing.crashAt"),
-                   None if batch_id is None else int(batch_id), gate)
+                   None if batch_id is None else int(batch_id), gate, gated)
 
     def records(self) -> Records:
         return Records(self.bootstrap_servers, self.sink_id, self.anchor, self.timeout)
 
+    def with_new_gate(self) -> WriterPlan:
+        """This plan behind a gate opened now (replacing any open one), or as it is when the
+        writer writes without a gate.
 
-def _gate_for(records: Records, servers: str, topic: str | None,
-              partitions: tuple[TopicPartition, ...] | None,
-              producer_config: dict[str, object], *, gated: bool) -> _gate.Gate | None:
-    """The gate the next batch's tasks write behind: the open one (Spark makes the writer
-    again to commit, behind the same gate), else a new one; None without a gate."""
-    found = _gate.current(records, topic or "")
-    if not gated or topic is None or partitions is None:
-        if found is not None:  # a gate left by a run with one: nothing is behind it now
-            _gate.release(records, servers, found)
-        return None
-    return found or _gate.open_gate(records, servers, partitions, producer_config)
+        Raises:
+            EosError: Kafka failed; no gate is open.
+        """
+        if not self.gated or self.partitions is None:
+            return self
+        records = self.records()
+        try:
+            gate = _gate.open_gate(records, self.bootstrap_servers, self.partitions,
+                                   self.producer_config)
+        finally:
+            records.close()
+        return replace(self, gate=gate)
 
 
 class _Writing:
-    """What both writers do: a task's transaction on an executor, the decision on the driver."""
+    """What both writers do: a task's transaction on an executor, the decision on the driver.
+
+    Pickling a writer opens the gate its tasks write behind (:mod:`eosclient.spark._gate`),
+    once per writer: PySpark pickles the writer it made on the driver to plan a batch (twice:
+    in the tasks' function and alone), and never the one it makes to commit (which reads the
+    open gate from the sink's records)."""
 
     plan: WriterPlan
+    _shipped: bool = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        if not self._shipped:
+            self.plan, self._shipped = self.plan.with_new_gate(), True
+        return {k: v for k, v in self.__dict__.items() if k != "_shipped"}
 
     def _write(self, batches: Iterator[Any], batch: int | None) -> _driver.TaskCommit:
         """One task (on an executor): write its rows, flush, hand the transaction over."""
