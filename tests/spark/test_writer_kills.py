@@ -51,7 +51,9 @@ class Poller(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        while not self.stop.is_set():
+        last = False
+        while not last:  # once more after stop: the last view sees the end
+            last = self.stop.is_set()
             view: dict[int, int] = {}
             parts: dict[tuple[int, int], int] = {}
             for r in read_topic(self.servers, self.topic):

@@ -12,8 +12,9 @@ EndTxn, after which the LSO of each partition moves past the whole batch.
 
 When: Spark makes the writer on the driver twice per batch, in two processes: once to plan
 the batch (that writer is pickled and shipped to the tasks) and once to commit or abort it.
-The gate is opened when the writer is pickled for the tasks (:meth:`Gate` via
-``WriterPlan.with_new_gate``), which only the planning process does; the committing process
+The gate is opened when the writer is pickled for the tasks
+(``eosclient.spark._writer.WriterPlan.with_new_gate``), which only the planning process does
+(once per writer); the committing process
 reads which gate is open from the sink's records (group ``gate``, beside the decision:
 :class:`~._decisions.Records`). The record is set to 0 before anything that may end the gate it
 names (a release, an initialisation of the gate's id) and names a gate only once it is
@@ -21,9 +22,9 @@ flushed, so a record that names a gate names an open one (one driver per sink).
 
 A new gate always replaces the recorded one (initialising the id aborts it): a gate a dead
 driver left open stands in front of nothing decided (recovery, which runs first, finishes a
-decided batch and releases its gate), and Tansu 0.6 keeps a partition's LSO stuck at a
-transaction that was committed, when that transaction followed an aborted one of the same
-transactional id while an older transaction (the dead driver's gate) was still open there.
+decided batch and releases its gate). Keeping it would also be sound, but Tansu 0.6 keeps a
+partition's LSO stuck at a committed transaction that followed an aborted one of the same
+transactional id while an older transaction (here: the dead driver's gate) was open there.
 """
 
 from __future__ import annotations
