@@ -190,14 +190,19 @@ def run_once(spark: Any, broker: RunningBroker, variant: str, *, work: Path,
         raise harness.BenchmarkError(f"the query failed: {query.exception()}")
     with contextlib.suppress(AttributeError):
         sink.close()  # type: ignore[attr-defined]
-    check(broker, topic, variant, args.rows * args.batches)
+    gates = args.batches * PARTITIONS if variant == "eos datasource" else 0
+    check(broker, topic, variant, args.rows * args.batches, gates)
     return args.rows * args.batches / seconds
 
 
-def check(broker: RunningBroker, topic: str, variant: str, expected: int) -> None:
+def check(broker: RunningBroker, topic: str, variant: str, expected: int, gates: int = 0,
+          ) -> None:
+    """``gates``: the data source writer's gate records, one per partition and batch, each
+    aborted (docs/spark.md)."""
     landed = harness.read_log(broker.host, broker.port, topic, PARTITIONS)
     if variant.startswith("eos"):
-        if landed.records != expected or landed.untransactional or landed.aborts:
+        if landed.records != expected + gates or landed.untransactional or \
+                landed.aborts != gates:
             raise harness.BenchmarkError(f"{landed.records} transactional records of {expected}, "
                                          f"{landed.untransactional} plain, {landed.aborts} aborts")
     elif landed.untransactional != expected:

@@ -65,15 +65,20 @@ def write_inputs(input_dir: Path, files: int, lines: int) -> list[str]:
 
 def start_writer_query(spark: SparkSession, input_dir: Path | str, checkpoint: Path | str, *,
                        servers: str, topic: str, sink_id: str, tasks: int = 1,
-                       options: dict[str, str] | None = None) -> Any:
+                       options: dict[str, str] | None = None,
+                       partitions: int | None = None) -> Any:
     """The same query, written by the ``eosclient-kafka`` data source's streaming writer, in
     ``tasks`` tasks per batch (round robin: a replay may put other rows in a task, which this
-    writer allows)."""
+    writer allows); with ``partitions``, task ``i`` writes to partition ``min(i, partitions - 1)``
+    only."""
     spark.dataSource.register(ExactlyOnceKafkaDataSource)
     lines = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(input_dir))
     out = lines.selectExpr("concat(value, '!') as value", "value as key")
     if tasks > 1:
         out = out.repartition(tasks)
+    if partitions is not None:
+        last = partitions - 1
+        out = out.selectExpr("value", "key", f"least(spark_partition_id(), {last}) as partition")
     return (out.writeStream.format("eosclient-kafka").option("bootstrap.servers", servers)
             .option("topic", topic).option("sinkId", sink_id).option("timeoutSeconds", "30")
             .options(**(options or {})).option("checkpointLocation", str(checkpoint))

@@ -10,8 +10,11 @@ from eosclient.spark._decisions import (
     Decision,
     decode_entry,
     encode_entry,
+    gate_id,
     transactional_id,
 )
+from eosclient.spark._driver import TaskCommit, _stale_gates
+from eosclient.spark._gate import Gate
 
 
 @pytest.mark.parametrize(("producer_id", "epoch"), [(0, 0), (1002, 7), (2**46, 32767)])
@@ -31,3 +34,19 @@ def test_the_decision_names_its_batch_and_task_count() -> None:
     decision = Decision(41, (None,) * 5)
     value = decision.encode()
     assert (value >> 20) - 1 == 41 and value & (MAX_TASKS - 1) == 5
+
+
+def test_the_gate_entry_names_the_gate_id() -> None:
+    prepared = PreparedTransaction(gate_id("s"), 1002, 7)
+    assert decode_entry("s", None, encode_entry(prepared)) == prepared
+
+
+def test_a_commit_refuses_tasks_planned_behind_another_gate() -> None:
+    gate = Gate(PreparedTransaction(gate_id("s"), 1, 0), ())
+    other = PreparedTransaction(gate_id("s"), 1, 1)
+    task = PreparedTransaction(transactional_id("s", 0), 5, 0)
+    assert _stale_gates([TaskCommit(0, task, 1, gate=gate.prepared)], gate) == 0
+    assert _stale_gates([TaskCommit(0, task, 1, gate=other), None], gate) == 1
+    assert _stale_gates([TaskCommit(0, task, 1, gate=other)], None) == 1  # gate off since
+    # a task that wrote nothing has nothing behind any gate
+    assert _stale_gates([TaskCommit(0, None, 0, gate=other)], gate) == 0

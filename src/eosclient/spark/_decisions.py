@@ -13,6 +13,8 @@ group                                 offset
                                       (0: task ``i`` has no transaction in the batch)
 ``<sink>.eosclient-ds.decided``       ``(batch + 1) << 20 | tasks``: THE DECISION
 ``<sink>.eosclient-ds.done``          ``batch + 1``: every transaction of it ended
+``<sink>.eosclient-ds.gate``          the open gate's identity, coded as a task's
+                                      (0: no gate open; :mod:`._gate`)
 ====================================  ===============================================
 
 The entries are written before the decision, and the decision (one OffsetCommit: atomic) names
@@ -40,7 +42,7 @@ from eosclient.errors import (
     error_for,
 )
 
-__all__ = ["Decision", "Records", "transactional_id"]
+__all__ = ["Decision", "Records", "gate_id", "transactional_id"]
 
 T = TypeVar("T")
 _TASK_BITS = 20
@@ -51,6 +53,11 @@ MAX_TASKS = 1 << _TASK_BITS
 def transactional_id(sink_id: str, task: int) -> str:
     """The transactional id of the writer's task ``task`` (its Spark partition)."""
     return f"{sink_id}-w{task}"
+
+
+def gate_id(sink_id: str) -> str:
+    """The transactional id of the sink's gate (:mod:`eosclient.spark._gate`)."""
+    return f"{sink_id}-gate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +77,14 @@ def encode_entry(prepared: PreparedTransaction | None) -> int:
     return (prepared.producer_id << _EPOCH_BITS | prepared.epoch) + 1
 
 
-def decode_entry(sink_id: str, task: int, value: int | None) -> PreparedTransaction | None:
+def decode_entry(sink_id: str, task: int | None, value: int | None,
+                 ) -> PreparedTransaction | None:
+    """Task ``task``'s entry (None: the gate's)."""
     if not value:
         return None
     value -= 1
-    return PreparedTransaction(transactional_id(sink_id, task), value >> _EPOCH_BITS,
-                               value & ((1 << _EPOCH_BITS) - 1))
+    tid = gate_id(sink_id) if task is None else transactional_id(sink_id, task)
+    return PreparedTransaction(tid, value >> _EPOCH_BITS, value & ((1 << _EPOCH_BITS) - 1))
 
 
 class Records:
@@ -122,6 +131,10 @@ class Records:
             decode_entry(self.sink_id, i, self._fetch(self.group(f"t{i}")))
             for i in range(count)))
 
+    def gate(self) -> PreparedTransaction | None:
+        """The open gate's identity, or None when no gate is open."""
+        return decode_entry(self.sink_id, None, self._fetch(self.group("gate")))
+
     # -- writes ---------------------------------------------------------------------------------
 
     def decide(self, decision: Decision) -> None:
@@ -133,6 +146,10 @@ class Records:
         for i, prepared in enumerate(decision.transactions):
             self._commit(self.group(f"t{i}"), encode_entry(prepared))
         self._commit(self.group("decided"), decision.encode())
+
+    def record_gate(self, prepared: PreparedTransaction | None) -> None:
+        """Name the open gate, or none (None)."""
+        self._commit(self.group("gate"), encode_entry(prepared))
 
     def mark_done(self, batch: int) -> None:
         self._commit(self.group("done"), batch + 1)

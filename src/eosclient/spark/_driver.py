@@ -5,18 +5,24 @@ Each task of batch ``b`` writes its rows in a transaction of its own transaction
 (``<sink>-w<partition>``), flushes, and hands the driver a
 :class:`~eosclient.PreparedTransaction` instead of committing. The driver then:
 
+0. before any task of ``b`` runs, a **gate** stands in front of every output partition
+   (:mod:`eosclient.spark._gate`: an open transaction of the sink's own, so read_committed
+   readers read nothing the tasks write until the driver releases it);
 1. **recovers** (:func:`recover`): if the last decision is not marked done, a driver died while
    ending its transactions: end them all as committed (EndTxn by identity is idempotent: a
-   transaction already committed answers NONE again), then mark it done;
+   transaction already committed answers NONE again), abort the dead driver's gate (by
+   initialising its id again), then mark it done;
 2. skips a **replay**: ``b`` at or before the last done batch committed before (Spark re-runs
    the last batch whose end it had not recorded): its fresh transactions are aborted;
 3. checks that every transaction is still live (``check_prepared``: a zombie attempt may have
-   handed over a transaction that a later attempt's initialisation aborted); if one is not,
-   aborts them all and fails the batch (Spark replays it);
+   handed over a transaction that a later attempt's initialisation aborted), and that the
+   gate the tasks were planned behind is the one still open; if not, aborts them all and
+   fails the batch (Spark replays it);
 4. writes the **decision** (:meth:`Records.decide`): the tasks' identities, then one offset
    naming the batch; from here on the batch *will* be committed, by this driver or the next;
 5. **commits** every transaction (EndTxn by producer id and epoch, from this process);
-6. marks the batch **done**.
+6. **releases** the gate (EndTxn abort: the whole batch becomes readable at once);
+7. marks the batch **done**.
 
 A crash before 4 leaves open transactions that nobody will commit: the replay's tasks
 initialise the same transactional ids, which aborts them (and fences any zombie attempt).
@@ -31,6 +37,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,7 +46,9 @@ from pyspark.sql.datasource import WriterCommitMessage
 from eosclient._core.prepared import PreparedTransaction
 from eosclient._producer.prepared import check_prepared, end_prepared
 from eosclient.errors import AbortableError, ConfigError, FencedError
+from eosclient.spark import _gate
 from eosclient.spark._decisions import Decision, Records
+from eosclient.spark._gate import Gate
 
 __all__ = ["CRASH_ENV", "CRASH_EXIT", "CRASH_POINTS", "TaskCommit", "abort", "commit", "recover"]
 
@@ -48,7 +57,7 @@ log = logging.getLogger("eosclient.spark")
 CRASH_ENV = "EOSCLIENT_SPARK_CRASH"
 CRASH_EXIT = 17
 CRASH_POINTS = ("before_decision", "after_decision", "mid_commit", "after_commit",
-                "after_done")
+                "after_gate", "after_done")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +69,14 @@ class TaskCommit(WriterCommitMessage):
         prepared: The task's open transaction, or None when it wrote nothing.
         records: Records written.
         skipped: The task did not write, because its batch committed before (a replay).
+        gate: The gate the task was planned behind (None: no gate).
     """
 
     task: int
     prepared: PreparedTransaction | None
     records: int
     skipped: bool = False
+    gate: PreparedTransaction | None = None
 
 
 def crash_point(setting: str | None, point: str, batch: int) -> None:
@@ -73,9 +84,14 @@ def crash_point(setting: str | None, point: str, batch: int) -> None:
     ``testing.crashAt`` option, else the ``EOSCLIENT_SPARK_CRASH`` variable) names it:
     ``<point>:<batch>`` ends this process (the one running the driver's commit) at once;
     ``<point>:<batch>:kill=<pgid>`` SIGKILLs process group ``pgid`` (the driver's: JVM, Python
-    and all; Spark runs the commit in a worker of another group)."""
+    and all; Spark runs the commit in a worker of another group); ``<point>:<batch>:pause=<s>``
+    only sleeps ``s`` seconds there (a reader then has time to see what that state shows)."""
     wanted = setting or os.environ.get(CRASH_ENV)
     head = f"{point}:{batch}"
+    if wanted and wanted.startswith(head + ":pause="):
+        log.warning("crash point %s of batch %d: pausing", point, batch)
+        time.sleep(float(wanted[len(head + ":pause="):]))
+        return
     if not wanted or not (wanted == head or wanted.startswith(head + ":kill=")):
         return
     log.warning("crash point %s of batch %d: the driver dies here", point, batch)
@@ -84,8 +100,10 @@ def crash_point(setting: str | None, point: str, batch: int) -> None:
     os._exit(CRASH_EXIT)
 
 
-def recover(records: Records, bootstrap_servers: str) -> int | None:
-    """Finish a decided batch a dead driver left; return the last batch done (or None)."""
+def recover(records: Records, bootstrap_servers: str,
+            producer_config: dict[str, object]) -> int | None:
+    """Finish a decided batch a dead driver left (its transactions committed, then its gate
+    aborted); return the last batch done (or None)."""
     done = records.done()
     header = records.decided()
     if header is None or (done is not None and header[0] <= done):
@@ -96,14 +114,17 @@ def recover(records: Records, bootstrap_servers: str) -> int | None:
                     "transactions", records.sink_id, decision.batch, _count(decision))
         end_prepared(bootstrap_servers, _transactions(decision.transactions), commit=True,
                      timeout=records.timeout)
+        _gate.reset(records, bootstrap_servers, producer_config)
         records.mark_done(decision.batch)
         done = decision.batch
     return done
 
 
 def commit(records: Records, bootstrap_servers: str, messages: Sequence[TaskCommit | None],
-           batch: int, crash: str | None = None) -> bool:
-    """Commit batch ``batch`` all or nothing; False when it was a replay (aborted instead).
+           batch: int, *, gate: Gate | None, producer_config: dict[str, object],
+           crash: str | None = None) -> bool:
+    """Commit batch ``batch`` all or nothing, and release ``gate`` (the open one, which the
+    tasks were planned behind); False when it was a replay (aborted instead).
 
     Raises:
         ConfigError: the sink committed a later batch (a new checkpoint under an old sink id);
@@ -111,10 +132,11 @@ def commit(records: Records, bootstrap_servers: str, messages: Sequence[TaskComm
         EosError: Kafka failed; the batch is decided or not, and the next driver finishes or
             replays it.
     """
-    done = recover(records, bootstrap_servers)
+    done = recover(records, bootstrap_servers, producer_config)
     prepared = _by_task(messages)
     if done is not None and batch <= done:
         abort_all(bootstrap_servers, prepared, records.timeout)
+        _release(records, bootstrap_servers, gate)
         if batch < done:
             raise ConfigError(
                 f"sink {records.sink_id!r} already committed batch {done}, and this query is at "
@@ -128,10 +150,19 @@ def commit(records: Records, bootstrap_servers: str, messages: Sequence[TaskComm
         check_prepared(bootstrap_servers, live, records.anchor, timeout=records.timeout)
     except FencedError as exc:
         abort_all(bootstrap_servers, prepared, records.timeout)
+        _release(records, bootstrap_servers, gate)
         raise AbortableError(
             f"batch {batch}: a task's transaction was aborted after its hand-over, by a later "
             f"attempt of the same task (a retry or a speculative copy): {exc}; the batch's "
             f"transactions are aborted, and Spark replays it") from exc
+    stale = _stale_gates(messages, gate)
+    if stale:  # a task wrote behind a gate that is gone: the batch would show in parts
+        abort_all(bootstrap_servers, prepared, records.timeout)
+        _release(records, bootstrap_servers, gate)
+        raise AbortableError(
+            f"batch {batch}: {stale} task(s) wrote behind a gate that is no longer the open one "
+            f"(another writer of sinkId {records.sink_id!r}?); the batch's transactions are "
+            f"aborted, and Spark replays it")
     crash_point(crash, "before_decision", batch)
     records.decide(Decision(batch, prepared))
     crash_point(crash, "after_decision", batch)
@@ -140,14 +171,17 @@ def commit(records: Records, bootstrap_servers: str, messages: Sequence[TaskComm
         if i == 0:
             crash_point(crash, "mid_commit", batch)
     crash_point(crash, "after_commit", batch)
+    _release(records, bootstrap_servers, gate)
+    crash_point(crash, "after_gate", batch)
     records.mark_done(batch)
     crash_point(crash, "after_done", batch)
     return True
 
 
 def abort(records: Records, bootstrap_servers: str, messages: Sequence[TaskCommit | None],
-          batch: int) -> None:
-    """End a failed batch: roll forward if it was decided, else abort its transactions.
+          batch: int, *, gate: Gate | None, producer_config: dict[str, object]) -> None:
+    """End a failed batch: roll forward if it was decided, else abort its transactions; then
+    release the gate.
 
     Spark calls ``abort`` also when ``commit`` raised, and ``commit`` may have raised after its
     decision (an EndTxn that timed out, say): aborting then would break the decision, and on
@@ -159,10 +193,11 @@ def abort(records: Records, bootstrap_servers: str, messages: Sequence[TaskCommi
     decision = records.decision() if header is not None and header[0] == batch else None
     decided: set[PreparedTransaction] = set()
     if decision is not None and decision.batch == batch:
-        recover(records, bootstrap_servers)
+        recover(records, bootstrap_servers, producer_config)
         decided = set(_transactions(decision.transactions))
+    _release(records, bootstrap_servers, gate)  # first: nothing undecided is behind it, and
     abort_all(bootstrap_servers, [p for p in _by_task(messages) if p not in decided],
-              records.timeout)
+              records.timeout)  # Tansu's LSO sticks after aborts under an open older one
 
 
 def abort_all(bootstrap_servers: str, prepared: Sequence[PreparedTransaction | None],
@@ -175,6 +210,18 @@ def abort_all(bootstrap_servers: str, prepared: Sequence[PreparedTransaction | N
         except FencedError:
             log.info("%s epoch %d: aborted already, by a later initialisation of the id",
                      item.transactional_id, item.epoch)
+
+
+def _release(records: Records, bootstrap_servers: str, gate: Gate | None) -> None:
+    if gate is not None:
+        _gate.release(records, bootstrap_servers, gate)
+
+
+def _stale_gates(messages: Sequence[TaskCommit | None], gate: Gate | None) -> int:
+    """How many tasks were planned behind another gate than ``gate`` (the open one)."""
+    want = None if gate is None else gate.prepared
+    return sum(1 for m in messages if m is not None and m.prepared is not None
+               and m.gate != want)
 
 
 def _by_task(messages: Sequence[TaskCommit | None]) -> tuple[PreparedTransaction | None, ...]:

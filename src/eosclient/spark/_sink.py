@@ -234,7 +234,7 @@ class ExactlyOnceKafkaSink:
         spec = self._spec
         records = Records(spec.bootstrap_servers, spec.sink_id, spec.anchor, spec.timeout)
         try:
-            done = recover(records, spec.bootstrap_servers)
+            done = recover(records, spec.bootstrap_servers, spec.producer_config)
         finally:
             records.close()
         if done is not None and batch_id <= done:

@@ -5,7 +5,11 @@
 rows (Arrow record batches, converted column by column) in a transaction of its own
 transactional id, ``<sinkId>-w<partition>``, and returns a :class:`~._driver.TaskCommit` with
 the flushed transaction *still open* (:meth:`~eosclient.TransactionalProducer.prepare_transaction`).
-The driver ends them all in one decision (:mod:`eosclient.spark._driver`). A retried or
+The driver ends them all in one decision (:mod:`eosclient.spark._driver`). With a ``topic``
+option, the tasks write behind a gate (:mod:`eosclient.spark._gate`) that the driver opens
+when it ships the writer to them, and releases after ending them: readers see the batch at
+once.
+A retried or
 speculative attempt of a task initialises the same transactional id, which fences the earlier
 attempt and aborts its transaction.
 
@@ -14,7 +18,9 @@ Options: ``bootstrap.servers`` (required), ``sinkId`` (required; one per query),
 the sink's records; default ``topic``), ``timeoutSeconds`` (60), ``chunkSize`` (5000), and any
 producer setting as ``kafka.<dotted key>`` (``kafka.linger.ms``). ``batchId`` (batch writes:
 the batch's id; a batch done already is skipped). ``testing.crashAt`` is a test hook
-(:func:`eosclient.spark._driver.crash_point`).
+(:func:`eosclient.spark._driver.crash_point`). ``gate`` (``on``, the default, or ``off``):
+whether the tasks write behind a gate (``off``: each task's transaction becomes visible on its
+own; see docs/spark.md for Tansu).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark import TaskContext
@@ -38,7 +44,7 @@ from eosclient._processor.topics import partition_count
 from eosclient.config import ProducerConfig, build
 from eosclient.errors import ConfigError
 from eosclient.producer import TransactionalProducer
-from eosclient.spark import _driver
+from eosclient.spark import _driver, _gate
 from eosclient.spark._decisions import Records, transactional_id
 from eosclient.spark._rows import Layout, chunks, layout_of
 from eosclient.spark._task import write_chunks
@@ -67,6 +73,8 @@ class WriterPlan:
     done: int | None  # the last batch done when the writer was made (after recovery)
     crash_at: str | None = None  # tests only: the ``testing.crashAt`` option
     batch_id: int | None = None  # the batch writer's ``batchId`` option
+    gate: _gate.Gate | None = None  # the open gate (None: none)
+    gated: bool = False  # the tasks write behind a gate (a ``topic`` option, not switched off)
 
     @classmethod
     def make(cls, options: Mapping[str, str], schema: StructType) -> WriterPlan:
@@ -103,9 +111,17 @@ class WriterPlan:
         partitions = None if topic is None else tuple(
             TopicPartition(topic, p) for p in range(partition_count(servers, topic, timeout)))
         anchor = TopicPartition(anchor_topic, 0)
+        gate_option = (get("gate") or "on").lower()
+        if gate_option not in {"on", "off"}:
+            raise ConfigError(f"must be on or off, got {gate_option!r}", key="gate")
+        gated = topic is not None and gate_option == "on"
         records = Records(servers, sink_id, anchor, timeout)
         try:
-            done = _driver.recover(records, servers)
+            done = _driver.recover(records, servers, producer_config)
+            gate = _gate.current(records)
+            if gate is not None and not gated:  # left by a run with one; nothing behind it
+                _gate.release(records, servers, gate)
+                gate = None
         finally:
             records.close()
         batch_id = get("batchId")
@@ -113,16 +129,44 @@ class WriterPlan:
             raise ConfigError(f"must be an int >= 0, got {batch_id!r}", key="batchId")
         return cls(servers, sink_id, topic, anchor, partitions, layout, producer_config,
                    timeout, chunk_size, done, get("testing.crashAt"),
-                   None if batch_id is None else int(batch_id))
+                   None if batch_id is None else int(batch_id), gate, gated)
 
     def records(self) -> Records:
         return Records(self.bootstrap_servers, self.sink_id, self.anchor, self.timeout)
 
+    def with_new_gate(self) -> WriterPlan:
+        """This plan behind a gate opened now (replacing any open one), or as it is when the
+        writer writes without a gate.
+
+        Raises:
+            EosError: Kafka failed; no gate is open.
+        """
+        if not self.gated or self.partitions is None:
+            return self
+        records = self.records()
+        try:
+            gate = _gate.open_gate(records, self.bootstrap_servers, self.partitions,
+                                   self.producer_config)
+        finally:
+            records.close()
+        return replace(self, gate=gate)
+
 
 class _Writing:
-    """What both writers do: a task's transaction on an executor, the decision on the driver."""
+    """What both writers do: a task's transaction on an executor, the decision on the driver.
+
+    Pickling a writer opens the gate its tasks write behind (:mod:`eosclient.spark._gate`),
+    once per writer: PySpark pickles the writer it made on the driver to plan a batch (twice:
+    in the tasks' function and alone), and never the one it makes to commit (which reads the
+    open gate from the sink's records)."""
 
     plan: WriterPlan
+    _shipped: bool = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        if not self._shipped:
+            self.plan, self._shipped = self.plan.with_new_gate(), True
+        return {k: v for k, v in self.__dict__.items() if k != "_shipped"}
 
     def _write(self, batches: Iterator[Any], batch: int | None) -> _driver.TaskCommit:
         """One task (on an executor): write its rows, flush, hand the transaction over."""
@@ -132,7 +176,7 @@ class _Writing:
         if batch is not None and plan.done is not None and batch <= plan.done:
             log.info("sink %s batch %d task %d: committed before; not written", plan.sink_id,
                      batch, task)
-            return _driver.TaskCommit(task, None, 0, True)
+            return _driver.TaskCommit(task, None, 0, True, _gate_of(plan))
         producer: TransactionalProducer | None = None
         count = 0
         try:
@@ -146,19 +190,21 @@ class _Writing:
             if producer is None:  # no rows; a retry still fences an earlier attempt, whose
                 if context is not None and context.attemptNumber() > 0:  # open transaction
                     _open(plan, task, begin=False).close(plan.timeout)  # holds the LSO back
-                return _driver.TaskCommit(task, None, 0)
+                return _driver.TaskCommit(task, None, 0, gate=_gate_of(plan))
             prepared = producer.prepare_transaction(plan.timeout)
         except BaseException:
             if producer is not None:
                 producer.close(plan.timeout)  # aborts what it began
             raise
-        return _driver.TaskCommit(task, prepared, count)
+        return _driver.TaskCommit(task, prepared, count, gate=_gate_of(plan))
 
     def _commit(self, messages: Sequence[Any], batch: int) -> bool:
         records = self.plan.records()
         try:
             written = _driver.commit(records, self.plan.bootstrap_servers, messages, batch,
-                                     self.plan.crash_at)
+                                     gate=self.plan.gate,
+                                     producer_config=self.plan.producer_config,
+                                     crash=self.plan.crash_at)
         finally:
             records.close()
         counted = sum(m.records for m in messages if m is not None)
@@ -171,7 +217,8 @@ class _Writing:
                     batch)
         records = self.plan.records()
         try:
-            _driver.abort(records, self.plan.bootstrap_servers, messages, batch)
+            _driver.abort(records, self.plan.bootstrap_servers, messages, batch,
+                          gate=self.plan.gate, producer_config=self.plan.producer_config)
         finally:
             records.close()
 
@@ -220,6 +267,10 @@ class BatchWriter(_Writing, DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self._abort(messages, self.batch)
+
+
+def _gate_of(plan: WriterPlan) -> Any:
+    return None if plan.gate is None else plan.gate.prepared
 
 
 def _open(plan: WriterPlan, task: int, *, begin: bool = True) -> TransactionalProducer:
