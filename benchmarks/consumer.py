@@ -550,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     started = time.monotonic()
     results = run(args)
-    specs = [report.RatioSpec("throughput", "eos", "ck", 1.0),
+    specs = [report.RatioSpec("throughput", "eos", "ck", 1.2),  # issue 14: >= 1.2x
              report.RatioSpec("throughput", "eosb", "ck", 3.0),
              report.RatioSpec("throughput", "eosbl", "ck"),
              report.RatioSpec("throughput", "floor", "ck",
