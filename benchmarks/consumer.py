@@ -65,7 +65,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -226,8 +226,10 @@ def read_kafka_python(servers: str, topic: str, expected: int,
     return got, timing
 
 
-def read_eosclient_aio(servers: str, topic: str, expected: int,
-                       tls: _harness.Tls | None = None) -> tuple[list[bytes], Timing]:
+def _read_eosclient_aio(servers: str, topic: str, expected: int, tls: _harness.Tls | None,
+                        take: Callable[[AsyncReadCommittedConsumer], Awaitable[list[Any]]],
+                        ) -> tuple[list[bytes], Timing]:
+    """Read ``expected`` values with eosclient.aio, each call of ``take`` giving the next ones."""
     async def read() -> tuple[list[bytes], Timing]:
         consumer = AsyncReadCommittedConsumer(servers, config={
             "auto.offset.reset": "earliest", **(tls.settings if tls else {})})
@@ -237,53 +239,42 @@ def read_eosclient_aio(servers: str, topic: str, expected: int,
         timing = Timing()
         while len(got) < expected:
             timing.saw(len(got))
-            got += [r.value for r in await consumer.poll(5.0, max_records=POLL_RECORDS)]
+            got += await take(consumer)
         timing.stop(len(got))
         await consumer.close()
         return got, timing
 
     return asyncio.run(read())
+
+
+def read_eosclient_aio(servers: str, topic: str, expected: int,
+                       tls: _harness.Tls | None = None) -> tuple[list[bytes], Timing]:
+    async def take(consumer: AsyncReadCommittedConsumer) -> list[Any]:
+        return [r.value for r in await consumer.poll(5.0, max_records=POLL_RECORDS)]
+
+    return _read_eosclient_aio(servers, topic, expected, tls, take)
 
 
 def read_eosclient_aio_batch(servers: str, topic: str, expected: int,
                              tls: _harness.Tls | None = None) -> tuple[list[bytes], Timing]:
-    async def read() -> tuple[list[bytes], Timing]:
-        consumer = AsyncReadCommittedConsumer(servers, config={
-            "auto.offset.reset": "earliest", **(tls.settings if tls else {})})
-        await consumer.start()
-        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    async def take(consumer: AsyncReadCommittedConsumer) -> list[Any]:
         got: list[Any] = []
-        timing = Timing()
-        while len(got) < expected:
-            timing.saw(len(got))
-            for columns in (await consumer.poll_batch(5.0, max_records=POLL_RECORDS)).values():
-                got += columns.values
-        timing.stop(len(got))
-        await consumer.close()
-        return got, timing
+        for columns in (await consumer.poll_batch(5.0, max_records=POLL_RECORDS)).values():
+            got += columns.values
+        return got
 
-    return asyncio.run(read())
+    return _read_eosclient_aio(servers, topic, expected, tls, take)
 
 
 def read_eosclient_aio_getmany(servers: str, topic: str, expected: int,
                                tls: _harness.Tls | None = None) -> tuple[list[bytes], Timing]:
-    async def read() -> tuple[list[bytes], Timing]:
-        consumer = AsyncReadCommittedConsumer(servers, config={
-            "auto.offset.reset": "earliest", **(tls.settings if tls else {})})
-        await consumer.start()
-        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    async def take(consumer: AsyncReadCommittedConsumer) -> list[Any]:
         got: list[Any] = []
-        timing = Timing()
-        while len(got) < expected:
-            timing.saw(len(got))
-            batches = await consumer.getmany(5.0, max_records=POLL_RECORDS)
-            for batch in batches.values():
-                got += [r.value for r in batch]
-        timing.stop(len(got))
-        await consumer.close()
-        return got, timing
+        for batch in (await consumer.getmany(5.0, max_records=POLL_RECORDS)).values():
+            got += [r.value for r in batch]
+        return got
 
-    return asyncio.run(read())
+    return _read_eosclient_aio(servers, topic, expected, tls, take)
 
 
 def read_aiokafka(servers: str, topic: str, expected: int,

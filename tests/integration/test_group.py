@@ -386,6 +386,19 @@ def test_a_member_closed_while_its_join_is_held_leaves_at_once(
     assert time.monotonic() - started < 4.0  # answered, not waited out (5 s)
 
 
+def _sole_static_member(broker: RunningBroker, group: str, topic: str) -> Member:
+    """A static member (6 s session) of a new topic's group, once it holds every partition."""
+    create_topic(broker, topic)
+    live = Member(broker, group, topic, "live", Counter(),
+                  **{"group.instance.id": "live", "session.timeout.ms": 6000})
+    try:
+        wait_for(lambda: len(live.consumer.assignment()) == PARTITIONS, 90)
+    except BaseException:
+        live.stop()
+        raise
+    return live
+
+
 def _settled(member: Member, broker: RunningBroker, group: str) -> bool:
     return len(member.consumer.assignment()) == PARTITIONS and len(_members(broker, group)) == 1
 
@@ -399,12 +412,9 @@ def test_a_member_closed_while_its_join_is_held_does_not_keep_partitions(
     # runs out and the live (static) member's generation must not keep the stale assignment
     # (below). Either way every partition is the live member's again, and stays so.
     broker = tansu_broker
-    create_topic(broker, topic_name)
     group = unique_name("group")
-    live = Member(broker, group, topic_name, "live", Counter(),
-                  **{"group.instance.id": "live", "session.timeout.ms": 6000})
+    live = _sole_static_member(broker, group, topic_name)
     try:
-        wait_for(lambda: len(live.consumer.assignment()) == PARTITIONS, 90)
         leaving = ReadCommittedConsumer(broker.bootstrap_servers, group_id=group,
                                         config={"session.timeout.ms": 6000})
         try:
@@ -429,12 +439,9 @@ def test_the_partitions_of_a_member_gone_silent_are_assigned_again(
     # nemesis's stalls). The member that sees the same generation leaves and joins anew, which
     # starts a new generation. (noida-db expires no session in a stable group: docs/testing.md)
     broker = tansu_broker
-    create_topic(broker, topic_name)
     group = unique_name("group")
-    live = Member(broker, group, topic_name, "live", Counter(),
-                  **{"group.instance.id": "live", "session.timeout.ms": 6000})
+    live = _sole_static_member(broker, group, topic_name)
     try:
-        wait_for(lambda: len(live.consumer.assignment()) == PARTITIONS, 90)
         _join_and_go_silent(broker, group, topic_name, session_ms=6000)
         wait_for(lambda: len(live.consumer.assignment()) < PARTITIONS, 60)  # shared now
         wait_for(lambda: len(live.consumer.assignment()) == PARTITIONS, 60)  # all back
