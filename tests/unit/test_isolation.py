@@ -30,11 +30,12 @@ class Aborted(NamedTuple):
     first_offset: int
 
 
-def raw(base: int, count: int, pid: int = -1, *, marker: int | None = None) -> bytes:
+def raw(base: int, count: int, pid: int = -1, *, marker: int | None = None,
+        epoch: int = 0) -> bytes:
     """A batch of ``count`` records at ``base`` (values are offsets), or a control batch."""
     builder = DefaultRecordBatchBuilder(
         magic=2, compression_type=0, is_transactional=pid >= 0, producer_id=pid,
-        producer_epoch=0 if pid >= 0 else -1, base_sequence=0 if pid >= 0 else -1,
+        producer_epoch=epoch if pid >= 0 else -1, base_sequence=0 if pid >= 0 else -1,
         batch_size=1 << 30)
     if marker is None:
         for i in range(count):
@@ -54,20 +55,20 @@ def one(data: bytes) -> RecordBatch:
     return b
 
 
-def data(base: int, pid: int, count: int = 1) -> RecordBatch:
-    return one(raw(base, count, pid))
+def data(base: int, pid: int, count: int = 1, *, epoch: int = 0) -> RecordBatch:
+    return one(raw(base, count, pid, epoch=epoch))
 
 
 def plain(base: int, count: int = 1) -> RecordBatch:
     return one(raw(base, count))
 
 
-def commit(offset: int, pid: int) -> RecordBatch:
-    return one(raw(offset, 1, pid, marker=1))
+def commit(offset: int, pid: int, *, epoch: int = 0) -> RecordBatch:
+    return one(raw(offset, 1, pid, marker=1, epoch=epoch))
 
 
-def abort(offset: int, pid: int) -> RecordBatch:
-    return one(raw(offset, 1, pid, marker=0))
+def abort(offset: int, pid: int, *, epoch: int = 0) -> RecordBatch:
+    return one(raw(offset, 1, pid, marker=0, epoch=epoch))
 
 
 def feed(f: PartitionFilter, batches: list[RecordBatch], lso: int | None = None,
@@ -262,6 +263,53 @@ def test_the_trust_is_shared_by_a_brokers_partitions() -> None:
     b = PartitionFilter(TopicPartition("t", 1), trust=trust)
     feed(a, [data(0, 1), abort(1, 1)], lso=2, aborted=[(1, 0)])
     assert feed(b, [data(0, 2)], lso=1, aborted=[]) == [0]
+
+
+# --- epochs: a fenced instance's writes with no marker (Tansu) ---------------------------------
+
+
+def test_records_abandoned_by_a_fenced_epoch_are_not_committed_by_the_next_one() -> None:
+    # The fenced instance's Produce raced the new instance's InitProducerId: no ABORT marker.
+    f = PartitionFilter(TP)
+    log = [data(0, 1, 2), data(2, 1, 4, epoch=1), commit(6, 1, epoch=1), plain(7)]
+    assert feed(f, log, lso=8) == [2, 3, 4, 5, 7]
+
+
+def test_a_fenced_epochs_write_after_the_new_one_is_dropped() -> None:
+    f = PartitionFilter(TP)
+    assert feed(f, [data(0, 1, 2, epoch=1), data(2, 1, 2)], lso=4) == []
+    assert feed(f, [commit(4, 1, epoch=1), data(5, 1), plain(6)], lso=7) == [0, 1, 6]
+    assert f.position == 7
+
+
+def test_a_fencing_abort_marker_dates_a_later_write_of_the_old_epoch() -> None:
+    f = PartitionFilter(TP)
+    log = [data(0, 1), abort(1, 1, epoch=1), data(2, 1), plain(3)]
+    assert feed(f, log, lso=4) == [3]
+
+
+def test_a_marker_of_the_next_epoch_still_ends_its_transaction() -> None:
+    # KIP-890 (transaction version 2) writes the marker under the bumped epoch.
+    f = PartitionFilter(TP)
+    log = [data(0, 1, 2), commit(2, 1, epoch=1), data(3, 1, epoch=1), commit(4, 1, epoch=2)]
+    assert feed(f, log, lso=5) == [0, 1, 3]
+
+
+def test_a_seek_back_forgets_the_newer_epoch() -> None:
+    f = PartitionFilter(TP)
+    log = [data(0, 1), commit(1, 1), data(2, 1, epoch=1), commit(3, 1, epoch=1)]
+    assert feed(f, log, lso=4) == [0, 2]
+    f.seek(0)
+    assert feed(f, log, lso=4) == [0, 2]
+
+
+def test_scanning_drops_what_a_newer_epoch_abandoned() -> None:
+    f = PartitionFilter(TP, max_held_bytes=1)
+    assert feed(f, [data(0, 1), plain(1)], lso=2) == []
+    assert f.scanning
+    assert feed(f, [data(2, 1, epoch=1), commit(3, 1, epoch=1)], lso=4) == []
+    assert not f.scanning and f.fetch_offset == 1  # rewound to the first dropped batch
+    assert feed(f, [plain(1), data(2, 1, epoch=1), commit(3, 1, epoch=1)], lso=4) == [1, 2]
 
 
 # --- memory ------------------------------------------------------------------------------------

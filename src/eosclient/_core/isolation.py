@@ -36,6 +36,16 @@ be dated by any marker read here: Kafka lists such a transaction because it is s
 the fetch offset, noida-db lists it even if it ended long before. Its producer waits for its
 marker. Index-only clients drop that producer's next committed transaction on noida-db.
 
+**Epochs.** A producer's transactional records are written under its current epoch, and a
+new epoch is only handed out once the old one's transaction has ended (InitProducerId aborts
+it, with a marker). So a data batch of a *newer* epoch than a producer's held batches means
+that those were abandoned by a fenced instance, and one of an *older* epoch than the newest
+seen is a fenced instance's late write: both are dropped as aborted. Kafka never writes either
+shape; Tansu can (an InitProducerId racing a Produce of the old epoch leaves the old epoch's
+records with no marker, and the new epoch's COMMIT would otherwise release them). A filter
+that starts past the newer epoch's first batch cannot date the old records, which then wait
+for the producer's next marker as before.
+
 **Order.** Records are delivered in offset order, as Kafka delivers them: a held batch blocks
 every later batch of the partition, whoever wrote it, until it is resolved. Delivering a later
 committed record first would let a consumer commit an offset past records it has not yet seen.
@@ -182,6 +192,7 @@ class PartitionFilter:
         self._uncertain: set[int] = set()  # listed from before _since (module docstring)
         self._released: set[int] = set()  # producers released by the index, until the marker
         self._last_marker: dict[int, int] = {}  # producer id -> offset of its latest marker
+        self._epoch: dict[int, int] = {}  # producer id -> the newest epoch read (data or marker)
         self._index: list[tuple[int, int]] = []  # this response's (first offset, producer id)
         self._index_pos = 0
         self._index_of: object = None  # the aborted_transactions object _index was sorted from
@@ -247,6 +258,8 @@ class PartitionFilter:
                 self._on_marker(batch, out)
             else:
                 self._take_index(batch.last_offset)
+                if batch.is_transactional and self._fenced(batch, out):
+                    continue  # a fenced instance's late write: dropped, as an abort would
                 self._on_data(batch, self._classify(batch, use_index), start, out)
         return out
 
@@ -270,6 +283,19 @@ class PartitionFilter:
             else:
                 self._aborted.add(pid)
         self._index_pos = pos
+
+    def _fenced(self, batch: RecordBatch, out: list[Released]) -> bool:
+        """Apply a transactional data batch's epoch (module docstring, *Epochs*): True if the
+        batch is older than its producer's newest epoch; if it is newer, the producer's held
+        batches were abandoned and are dropped first."""
+        pid, epoch = batch.producer_id, batch.producer_epoch
+        newest = self._epoch.get(pid, epoch)
+        if epoch < newest:
+            return True
+        self._epoch[pid] = epoch
+        if epoch > newest and pid in self._open:
+            self._resolve(pid, _ABORTED, out)
+        return False
 
     def _classify(self, batch: RecordBatch, use_index: bool) -> int:
         if not batch.is_transactional:
@@ -317,6 +343,7 @@ class PartitionFilter:
         self._released.discard(pid)
         self._uncertain.discard(pid)
         self._last_marker[pid] = batch.base_offset
+        self._epoch[pid] = max(self._epoch.get(pid, -1), batch.producer_epoch)
         self._resolve(pid, _ABORTED if kind is ControlType.ABORT else _COMMITTED, out)
 
     def _resolve(self, pid: int, outcome: int, out: list[Released]) -> None:
@@ -333,11 +360,18 @@ class PartitionFilter:
     def _scan(self, batch: RecordBatch, out: list[Released]) -> bool:
         """One batch read while scanning; True once everything held is resolved and the filter
         has rewound to the first dropped batch."""
-        kind = batch.control_type
-        if kind is None or kind is ControlType.UNKNOWN or batch.producer_id not in self._open:
+        kind, pid = batch.control_type, batch.producer_id
+        if pid not in self._open:
             return False  # data is dropped; other producers' markers are read again later
-        self._resolve(batch.producer_id, _ABORTED if kind is ControlType.ABORT else _COMMITTED,
-                      out)
+        if not batch.is_control:
+            held = self._open[pid][-1].batch.producer_epoch
+            if not batch.is_transactional or batch.producer_epoch <= held:
+                return False
+            self._resolve(pid, _ABORTED, out)  # a newer epoch: what is held was abandoned
+        elif kind is None or kind is ControlType.UNKNOWN:
+            return False
+        else:
+            self._resolve(pid, _ABORTED if kind is ControlType.ABORT else _COMMITTED, out)
         if self._queue:
             return False
         rewind_to = self._scan_from
