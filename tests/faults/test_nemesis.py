@@ -174,6 +174,9 @@ def test_a_short_schedule(broker: RunningBroker, tmp_path: Path) -> None:
                          report_dir=tmp_path)
     print(result.summary())
     assert result.report_path is not None and result.report_path.exists()
+    logs = result.report_path.with_suffix(".log").read_text()
+    assert logs.count("===== ") == len(result.instances)
+    assert " INFO eosclient" in logs  # a stall is read from the workers' generations
     _assert_clean(result)
 
 

@@ -60,6 +60,8 @@ _JOIN: Final = 30.0
 _EXIT: Final = 60.0
 _STATS_LINE: Final = re.compile(
     r"records in (\d+), out (\d+), transactions committed (\d+), aborted (\d+)")
+# A log line below WARNING in the CLI's format (the nemesis runs its workers at INFO).
+_CHATTER: Final = re.compile(r"^\S+ \S+ (?:INFO|DEBUG) ")
 
 
 @dataclass
@@ -183,7 +185,8 @@ class Run:
                       self.tally, restart=restart)
 
     def child(self, *, transactional_id: str | None = None,
-              consumer_config: Mapping[str, object] | None = None) -> Child:
+              consumer_config: Mapping[str, object] | None = None,
+              log_level: str = "warning") -> Child:
         """Start ``eosclient copy`` for this run, through the proxy (another instance of the
         group when given its own ``transactional_id``; the configs add to the run's)."""
         command = [sys.executable, "-m", "eosclient.cli", "copy", "--input", self.input_topic,
@@ -191,7 +194,7 @@ class Run:
                    "--transactional-id", transactional_id or self.transactional_id,
                    "--bootstrap-servers", self.proxy.bootstrap_servers,
                    "--max-records-per-transaction", str(self.max_records_per_transaction),
-                   "--progress-interval", "0.2"]
+                   "--progress-interval", "0.2", "--log-level", log_level]
         for key, value in {**self.consumer_config, **(consumer_config or {})}.items():
             command += ["--consumer-property", f"{key}={value}"]
         for key, value in self.producer_config.items():
@@ -370,8 +373,12 @@ class Child:
         self._reader.join(_JOIN)
         if self._proc.returncode not in (0, -signal.SIGKILL):
             self._tally.failures.append(f"copy exited {self._proc.returncode}: "
-                                        f"{''.join(self.output[-5:])}")
+                                        f"{self.notable(5)}")
         self._tally.add(*self.last)
+
+    def notable(self, lines: int) -> str:
+        """Its last ``lines`` lines of output, INFO and DEBUG log lines left out."""
+        return "".join([line for line in self.output if not _CHATTER.match(line)][-lines:])
 
     def _read(self) -> None:
         assert self._proc.stdout is not None

@@ -388,7 +388,8 @@ class NemesisResult:
             lines.append(str(self.report))
         lines += [str(self.schedule), f"replay: {self.replay()}"]
         if self.report_path is not None:
-            lines.append(f"report: {self.report_path}")
+            lines += [f"report: {self.report_path}",
+                      f"workers' logs: {self.report_path.with_suffix('.log')}"]
         return "\n".join(lines)
 
 
@@ -488,7 +489,8 @@ class _Nemesis:
         txn = self.txn_id(slot)
         member = None if role == "extra" else txn  # an extra member is dynamic (module doc)
         child = self.run.child(transactional_id=txn,
-                               consumer_config={"group.instance.id": member or ""})
+                               consumer_config={"group.instance.id": member or ""},
+                               log_level="info")
         instance = Instance(slot, role, round(self.now(), 2), child)
         self.result.instances.append(instance)
         self.current[slot] = instance
@@ -502,7 +504,7 @@ class _Nemesis:
         child.kill()  # collects the exited process (no signal is sent)
         instance.ended = round(self.now(), 2)
         instance.returncode = child.returncode
-        instance.last_lines = "".join(child.output[-8:])
+        instance.last_lines = child.notable(8)
 
     def reap_all(self) -> None:
         for instance in self.result.instances:
@@ -761,7 +763,22 @@ def run_nemesis(broker: RunningBroker, *, seed: int, duration: float = 60.0,
         from eosclient.testing._nemesis_report import write_report  # noqa: PLC0415
 
         result.report_path = write_report(result, report_dir)
+        result.report_path.with_suffix(".log").write_text(_logs(result), encoding="utf-8")
     return result
+
+
+def _logs(result: NemesisResult) -> str:
+    """Every process's output (its INFO log: group generations, assignments, errors), one
+    after another, each under a line saying which process it was and how it ended."""
+    parts = []
+    for instance in result.instances:
+        ended = ("running at the end" if instance.ended is None
+                 else f"ended at {instance.ended:.1f} s, exit {instance.returncode}")
+        pid = instance.child.pid if instance.child is not None else "-"
+        parts.append(f"===== {instance.slot} ({instance.role}, pid {pid}), started at "
+                     f"{instance.started:.1f} s, {ended}, expected {instance.expect}\n")
+        parts += instance.child.output if instance.child is not None else []
+    return "".join(parts)
 
 
 def _last_writers(result: NemesisResult) -> list[str]:
