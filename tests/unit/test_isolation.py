@@ -3,7 +3,7 @@
 Every record's value is its offset, so a test reads as the offsets it expects. The property test
 at the end runs the filter against a simulated broker in three styles: Kafka's (an exact
 aborted-transactions index), noida-db's (every abort ever listed, aborted data left out) and
-Tansu's (no index).
+Tansu's (no index; a fenced instance's records may stay unmarked, and its late writes land).
 """
 
 from __future__ import annotations
@@ -353,8 +353,10 @@ Style = Literal["kafka", "noida", "tansu"]
 class Log:
     """A partition written by several producers, with what a correct reader must deliver."""
 
+    style: Style = "kafka"
     raw: list[tuple[RecordBatch, bytes]] = field(default_factory=list)
     end: int = 0
+    epochs: dict[int, int] = field(default_factory=dict)  # pid -> its current epoch
     open: dict[int, list[int]] = field(default_factory=dict)  # pid -> offsets of its open txn
     committed: list[int] = field(default_factory=list)
     aborted: list[tuple[int, int]] = field(default_factory=list)  # (pid, first offset)
@@ -366,7 +368,7 @@ class Log:
         self.end = batch.last_offset + 1
 
     def write(self, pid: int, count: int) -> None:
-        self.append(raw(self.end, count, pid))
+        self.append(raw(self.end, count, pid, epoch=self.epochs.get(pid, 0)))
         if pid < 0:
             self.committed += range(self.end - count, self.end)
         else:
@@ -379,7 +381,25 @@ class Log:
         elif offsets:
             self.aborted.append((pid, offsets[0]))
             self.aborted_data |= set(offsets)
-        self.append(raw(self.end, 1, pid, marker=int(committed)))
+        self.append(raw(self.end, 1, pid, marker=int(committed), epoch=self.epochs.get(pid, 0)))
+
+    def fence(self, pid: int) -> None:
+        """A new instance of ``pid``'s transactional.id (InitProducerId), which writes at once.
+        Kafka and noida-db abort the open transaction with a marker of the new epoch; Tansu,
+        when the old instance's Produce raced the InitProducerId, writes none."""
+        offsets = self.open.pop(pid, [])
+        self.epochs[pid] = self.epochs.get(pid, 0) + 1
+        self.aborted_data |= set(offsets)
+        if offsets and self.style != "tansu":
+            self.aborted.append((pid, offsets[0]))
+            self.append(raw(self.end, 1, pid, marker=0, epoch=self.epochs[pid]))
+        self.write(pid, 1)
+
+    def stale(self, pid: int, count: int) -> None:
+        """A fenced instance's late write of its old epoch: only Tansu lets it land."""
+        if self.style == "tansu" and self.epochs.get(pid, 0) > 0:
+            self.append(raw(self.end, count, pid, epoch=self.epochs[pid] - 1))
+            self.aborted_data |= set(range(self.end - count, self.end))
 
     @property
     def lso(self) -> int:
@@ -419,6 +439,8 @@ ops_st = st.lists(st.one_of(
     st.tuples(st.just("write"), st.integers(0, 3), st.integers(1, 4)),
     st.tuples(st.just("plain"), st.just(-1), st.integers(1, 3)),
     st.tuples(st.sampled_from(["commit", "abort"]), st.integers(0, 3), st.just(0)),
+    st.tuples(st.just("fence"), st.integers(0, 3), st.just(0)),
+    st.tuples(st.just("stale"), st.integers(0, 3), st.integers(1, 2)),
 ), min_size=1, max_size=40)
 
 
@@ -428,6 +450,10 @@ def apply(log: Log, op: Op) -> None:
         log.write(1000 + pid, count)
     elif kind == "plain":
         log.write(-1, count)
+    elif kind == "fence":
+        log.fence(1000 + pid)
+    elif kind == "stale":
+        log.stale(1000 + pid, count)
     else:
         log.finish(1000 + pid, kind == "commit")
 
@@ -455,7 +481,7 @@ def test_delivers_exactly_the_committed_records_in_offset_order(
     budget: int, seed: int,
 ) -> None:
     rng = random.Random(seed)
-    log = Log()
+    log = Log(style=style)
     # ``proven``: another partition of the broker proved the index already (never for Tansu).
     trust = proven_trust() if proven and style != "tansu" else IndexTrust()
     f = PartitionFilter(TP, max_held_bytes=budget, trust=trust)

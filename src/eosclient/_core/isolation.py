@@ -376,7 +376,9 @@ class PartitionFilter:
             return False
         rewind_to = self._scan_from
         assert rewind_to is not None
+        epochs = self._epoch  # learned below the rewind point only (scanning learns none)
         self.seek(rewind_to)  # markers read past it are read again, with the data they end
+        self._epoch = epochs
         return True
 
     # -- read_uncommitted --------------------------------------------------------------------
