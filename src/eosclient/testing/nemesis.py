@@ -23,9 +23,9 @@ pre-filled with part of the records, empty output topic, the proxy every worker 
 through), starts ``workers`` ``eosclient copy`` processes (worker ``wN`` has transactional.id
 and ``group.instance.id`` ``<group>-wN``, as docs/processor.md recommends), keeps writing the
 rest of the input in committed transactions at a steady pace, and plays the schedule once the
-group has committed its first records (Tansu's join takes ~23 s). Then it stops the faults,
-lets the survivors drain, writes one probe record per input partition and waits until the
-group commits past it (every partition owned by a live worker and progressing), stops the
+group has committed its first records (Tansu holds each join for about half the session
+timeout). Then it stops the faults, lets the survivors drain, writes one probe record per
+input partition and waits until the group commits past it (every partition owned by a live worker and progressing), stops the
 workers and runs the checker on both topics, straight from the broker. A sampler records each
 worker's committed records and the group's committed offsets twice a second; the output log
 itself (producer id per batch) says which worker wrote each input partition's records when.
@@ -93,8 +93,9 @@ _TICK: Final = 0.25  # the feeder writes a transaction this often
 _REPLACE_AFTER: Final = 0.5  # a zombie's replacement starts this long after the SIGSTOP
 _ZOMBIE_EXIT: Final = 30.0  # a resumed zombie must have exited this long after the run
 _PRODUCER_CONFIG: Final = {"request.timeout.ms": 2000, "retry.backoff.ms": 20}
-# Seconds to wait for the first commit, to drain, and for the probe, by broker (Tansu's group
-# joins take ~23 s each, and a fault late in the window may cost one more).
+# Seconds to wait for the first commit, to drain, and for the probe, by broker (Tansu holds
+# each group join for about half the session timeout and a rebalance may take several joins,
+# and a fault late in the window may cost one more).
 _WARMUP: Final = {"noida": 20.0, "tansu": 60.0}
 _DRAIN: Final = {"noida": 45.0, "tansu": 120.0}
 _FENCED_WORDS: Final = ("Fenced", "FENCED", "INVALID_PRODUCER_EPOCH")
