@@ -25,10 +25,11 @@ and ``group.instance.id`` ``<group>-wN``, as docs/processor.md recommends), keep
 rest of the input in committed transactions at a steady pace, and plays the schedule once the
 group has committed its first records (Tansu holds each join for about half the session
 timeout). Then it stops the faults, lets the survivors drain, writes one probe record per
-input partition and waits until the group commits past it (every partition owned by a live worker and progressing), stops the
-workers and runs the checker on both topics, straight from the broker. A sampler records each
-worker's committed records and the group's committed offsets twice a second; the output log
-itself (producer id per batch) says which worker wrote each input partition's records when.
+input partition and waits until the group commits past it (every partition owned by a live
+worker and progressing), stops the workers and runs the checker on both topics, straight from
+the broker. A sampler records each worker's committed records and the group's committed
+offsets twice a second; the output log itself (producer id per batch) says which worker wrote
+each input partition's records when.
 :func:`~eosclient.testing._nemesis_report.write_report` draws all of it on one HTML page.
 
 Why no worker is killed for good, and extra members are dynamic: neither broker here aborts a
