@@ -11,6 +11,7 @@ work. A committer that is about to hand over reads its offsets back first, with 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 
@@ -22,7 +23,10 @@ from eosclient.errors import KafkaTimeoutError
 
 __all__ = ["await_committed", "committed_steps"]
 
+log = logging.getLogger("eosclient.processor")
+
 _BACKOFF = Backoff(0.01, 0.25)
+_SLOW = 5.0  # seconds of waiting after which a WARNING says what is awaited
 
 
 def await_committed(consumer: ReadCommittedConsumer, offsets: Mapping[TopicPartition, int],
@@ -39,8 +43,10 @@ def await_committed(consumer: ReadCommittedConsumer, offsets: Mapping[TopicParti
 def committed_steps(offsets: Mapping[TopicPartition, int], timeout: float) -> Steps[None]:
     """:func:`await_committed` as steps (:mod:`eosclient._processor.steps`): the ports are
     ``consumer`` (``committed``) and ``front`` (``sleep``)."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     attempt = 0
+    warned = False
     while True:
         read = yield Io("consumer", "committed",
                         (list(offsets), max(deadline - time.monotonic(), 0.001)))
@@ -50,8 +56,14 @@ def committed_steps(offsets: Mapping[TopicPartition, int], timeout: float) -> St
             return
         attempt += 1
         wait = _BACKOFF.delay(attempt)
+        shown = ", ".join(f"{tp.topic}/{tp.partition}: {got} (committed {offsets[tp]})"
+                          for tp, got in sorted(behind.items()))
         if time.monotonic() + wait > deadline:
-            shown = ", ".join(f"{tp.topic}/{tp.partition}: {got} (committed {offsets[tp]})"
-                              for tp, got in sorted(behind.items()))
             raise KafkaTimeoutError(f"committed offsets not applied after {timeout:.1f}s: {shown}")
+        if not warned and time.monotonic() - started >= _SLOW:
+            warned = True
+            log.warning("the group does not show the offsets a committed transaction wrote "
+                        "after %.0f s (%s); a broker may apply them late (Tansu: once every "
+                        "transaction open earlier on the same partitions has ended); waiting "
+                        "up to %.0f s", time.monotonic() - started, shown, timeout)
         yield Io("front", "sleep", (wait,))
