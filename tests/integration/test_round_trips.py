@@ -24,7 +24,7 @@ from eosclient.testing.proxy import KafkaProxy, Timing
 pytestmark = pytest.mark.broker
 
 TIMEOUT = 15.0
-LATENCY = 0.01  # each way: wide enough that requests sent together always overlap
+LATENCY = 0.04  # each way: wide enough that requests sent together overlap, also under load
 TRANSACTIONS = 5
 GROUP = "copier"
 
