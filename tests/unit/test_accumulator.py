@@ -161,6 +161,36 @@ def test_drain_respects_the_byte_budget_and_rotates() -> None:
     assert set(taken) == {TP0, TP1, TP2}  # no partition starves
 
 
+def test_an_appender_adds_to_the_newest_batch_until_it_takes_no_more() -> None:
+    acc = accumulator(batch_size=512, linger_ms=60_000)
+    first = put(acc)
+    assert acc.appender(TP0, generation=1) is None and acc.appender(TP1, generation=0) is None
+    shortcut = acc.appender(TP0, generation=0)
+    assert shortcut is not None
+    add, outcome = shortcut
+    assert outcome is first.outcome
+    deltas = [add(TS, None, VALUE, ()) for _ in range(5)]
+    assert deltas[:3] == [1, 2, 3] and deltas[3:] == [-1, -1]  # 4 records of 100 bytes fit 512
+    put(acc)  # the usual way: it opens the next batch
+    assert add(TS, None, b"x", ()) == -1  # the closed batch takes nothing, however small
+    ready = flush(acc)[TP0]
+    assert values(ready) == [VALUE] * 4 and ready.ticket.record_count == 4
+
+
+def test_an_appender_refuses_once_its_batch_was_drained_or_failed() -> None:
+    acc = accumulator()
+    put(acc)
+    shortcut = acc.appender(TP0, generation=0)
+    assert shortcut is not None
+    flush(acc)
+    assert shortcut[0](TS, None, VALUE, ()) == -1 and acc.unsent_records() == 0
+    put(acc, generation=1)
+    doomed = acc.appender(TP0, generation=1)
+    assert doomed is not None
+    acc.fail_generation(1, AbortableError("aborted"))
+    assert doomed[0](TS, None, VALUE, ()) == -1 and acc.unsent_records() == 0
+
+
 def test_a_new_generation_starts_a_new_batch() -> None:
     acc = accumulator()
     put(acc, value=b"g0", generation=0)
