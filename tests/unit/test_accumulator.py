@@ -191,6 +191,24 @@ def test_an_appender_refuses_once_its_batch_was_drained_or_failed() -> None:
     assert doomed[0](TS, None, VALUE, ()) == -1 and acc.unsent_records() == 0
 
 
+def test_a_batch_drained_unencoded_encodes_later_to_the_same_bytes_and_resends_them() -> None:
+    # The I/O thread encodes drained batches after releasing the lock; the bytes, sequences
+    # and the byte budget must be what an encoding drain gives.
+    now, later = accumulator(batch_size=512), accumulator(batch_size=512)
+    for acc in (now, later):
+        for _ in range(12):
+            put(acc)
+            put(acc, tp=TP1)
+    encoded = now.drain(every, 0.0, flush=True, max_bytes=600)
+    bare = later.drain(every, 0.0, flush=True, max_bytes=600, encode=False)
+    assert list(bare) == list(encoded) and all(not r.data for r in bare.values())
+    ready = {tp: later.encode(r) for tp, r in bare.items()}
+    assert {tp: r.data for tp, r in ready.items()} == {tp: r.data for tp, r in encoded.items()}
+    assert later.encode(ready[TP0]) is ready[TP0]
+    assert isinstance(later.complete(ready[TP0], 13), Retry)  # lost: sent again, same bytes
+    assert flush(later, every)[TP0].data == ready[TP0].data
+
+
 def test_a_new_generation_starts_a_new_batch() -> None:
     acc = accumulator()
     put(acc, value=b"g0", generation=0)

@@ -326,6 +326,7 @@ class RecordAccumulator:
         *,
         max_bytes: int | None = None,
         flush: bool = False,
+        encode: bool = True,
     ) -> dict[TopicPartition, ReadyBatch]:
         """Take the batches to send now: at most one per partition (one Produce request).
 
@@ -337,6 +338,8 @@ class RecordAccumulator:
             max_bytes: Byte budget of the request (default ``max.request.size``); the first
                 batch is taken even if larger.
             flush: Take batches whose linger has not passed too.
+            encode: Encode new batches now; False leaves their ``data`` empty until
+                :meth:`encode` (the budget then counts their uncompressed size).
 
         Returns:
             Partition -> the batch to send, with its ticket and encoded bytes.
@@ -350,9 +353,21 @@ class RecordAccumulator:
                 continue
             if drained and used + size > budget:
                 break
-            drained[tp] = self._take(tp)
-            used += len(drained[tp].data)
+            drained[tp] = self._take(tp, encode)
+            used += drained[tp].batch.size_bound()  # the exact size once encoded
         return drained
+
+    def encode(self, ready: ReadyBatch) -> ReadyBatch:
+        """``ready`` with its bytes, encoded now if :meth:`drain` left them out.
+
+        It touches only the drained batch, which nothing else reads or changes until its
+        answer is fed to :meth:`complete`: a threaded caller may call it without its lock.
+        """
+        if ready.data:
+            return ready
+        data = ready.batch.data or ready.batch.encode(
+            ready.ticket, transactional=self._settings.transactional)
+        return ReadyBatch(ready.tp, ready.ticket, data, ready.batch)
 
     def next_ready(self, now: float) -> float | None:
         """Seconds until some batch becomes ready by linger (0: one is ready now); None if
@@ -489,12 +504,12 @@ class RecordAccumulator:
             return None  # an older generation is still in flight here: never mix them
         return head.size_bound()
 
-    def _take(self, tp: TopicPartition) -> ReadyBatch:
+    def _take(self, tp: TopicPartition, encode: bool) -> ReadyBatch:
         resent = self._sequences.take_resend(tp)
         if resent is not None:
             batch, ticket = resent
             return ReadyBatch(tp, ticket, batch.data, batch)
         batch = self._queues.pop(tp)
         ticket = self._sequences.assign(tp, batch.count, batch, deadline=batch.deadline)
-        data = batch.encode(ticket, transactional=self._settings.transactional)
-        return ReadyBatch(tp, ticket, data, batch)
+        ready = ReadyBatch(tp, ticket, b"", batch)
+        return self.encode(ready) if encode else ready

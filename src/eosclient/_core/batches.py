@@ -328,6 +328,7 @@ class PartitionQueues:
         batch = queue.popleft()
         if not queue:
             del self._queues[tp]
+        batch.writer.seal()  # on its way: encoded maybe later, but it takes no more records
         return batch
 
     def remove(self, doomed: Callable[[ProducerBatch], bool]) -> list[ProducerBatch]:

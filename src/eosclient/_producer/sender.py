@@ -13,11 +13,13 @@ the :class:`~eosclient._core.txn.TransactionCore`, the
    expire batches past ``delivery.timeout.ms``, poll the core and act on its outputs
    (``SendRequest`` queued until ``not_before``, ``FailUnsent`` -> ``fail_generation``,
    ``SequencesReset`` -> ``reset_identity``), send due coordinator requests, ask for metadata,
-   drain ready batches into Produce requests (:mod:`eosclient._producer.produce`), and compute
-   how long the next wait may be. Blocked application calls are notified.
-3. **Without the lock**: the Produce requests drained in step 2 are encoded and written to
-   their sockets (application threads append meanwhile; only this thread uses the network
-   client); the outcomes of batches settled in step 2 are published to their records' futures
+   take the ready batches for Produce requests (:mod:`eosclient._producer.produce`: their
+   sequences are assigned then), and compute how long the next wait may be. Blocked
+   application calls are notified.
+3. **Without the lock**: the batches taken in step 2 are encoded (header, codec, CRC), made
+   into Produce requests and written to their sockets (application threads append meanwhile;
+   only this thread uses the network client and a drained batch); the outcomes of batches
+   settled in step 2 are published to their records' futures
    (:func:`~eosclient._producer.results.publish`, one step per batch) and ``send_batch``
    futures are resolved, so callbacks may call the producer.
 
