@@ -106,6 +106,29 @@ def test_transaction_block_commits_on_success_and_aborts_on_exception(
     assert markers(broker, topic, 0) == ["commit", "abort", "commit"]
 
 
+def test_a_send_while_the_commit_is_awaited_is_refused(
+        broker: RunningBroker, unique_name: Callable[[str], str], run_async: Run) -> None:
+    # send()'s shortcut skips asking the transaction core; the async commit changes the core
+    # without a turn of the I/O loop, so a shortcut kept then let another task's record into
+    # the transaction being committed.
+    topic = topics.create_topic(broker, unique_name("t"), 1)
+
+    async def main() -> None:
+        async with producer(broker, unique_name("txn")) as p:
+            await p.init_transactions(TIMEOUT)
+            p.begin_transaction()
+            for i in range(50):
+                await p.send(topic, b"in-%d" % i)
+            commit = asyncio.ensure_future(p.commit_transaction(TIMEOUT))
+            await asyncio.sleep(0)  # the commit has begun
+            with pytest.raises(IllegalStateError):
+                await p.send(topic, b"during the commit")
+            await commit
+
+    run_async(main())
+    assert committed_values(broker, topic, 1) == sorted(b"in-%d" % i for i in range(50))
+
+
 def test_offsets_move_with_the_transaction_that_commits_them(
         broker: RunningBroker, unique_name: Callable[[str], str], run_async: Run) -> None:
     topic, group = topics.create_topic(broker, unique_name("t"), 1), unique_name("group")

@@ -7,12 +7,14 @@ Read back with eosclient's test reader (read_committed, right on both brokers).
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from eosclient import RecordMetadata, TopicPartition, TransactionalProducer
+from eosclient import IllegalStateError, RecordMetadata, TopicPartition, TransactionalProducer
 from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.reader import read_partition
@@ -131,3 +133,90 @@ def test_keyless_send_stays_on_declared_partitions(
     log = written(broker, topic)
     assert {p for p, _ in log} == {0, 2, 3}
     assert sorted(log.values()) == sorted(keyless * 2)
+
+
+@pytest.mark.parametrize("producer", [{"batch.size": 1024}], indirect=True)
+def test_records_of_one_partition_keep_their_order_however_they_are_sent(
+        broker: RunningBroker, unique_name: Callable[[str], str],
+        producer: TransactionalProducer) -> None:
+    # send() adds a record to the batch its place's last record went to (a shortcut): a
+    # shortcut kept past a batch that send_batch, a keyed or a keyless send closed would put
+    # records behind later ones.
+    topic = create_topic(broker, unique_name("t"))
+    sent: list[bytes] = []
+    with producer.transaction():
+        for round_ in range(6):
+            for i in range(7):
+                value = b"p%d-%d-" % (round_, i) + b"x" * 40
+                producer.send(topic, value, partition=1)
+                sent.append(value)
+            keyed = b"k%d" % round_
+            producer.send(topic, keyed, key=keyed, partition=1, headers=[("h", b"v")])
+            sent.append(keyed)
+            batch = values(f"b{round_}", 11 + round_ * 13)
+            producer.send_batch(topic, batch, partition=1)
+            sent += batch
+            producer.send(topic, None, partition=1)  # small: it would fit a closed batch
+            sent.append(None)
+            producer.send(topic, b"elsewhere" * 20)  # keyless: may close a batch of partition 1
+    log = written(broker, topic)
+    assert [log[key] for key in sorted(key for key in log if key[0] == 1)
+            if log[key] != b"elsewhere" * 20] == sent
+
+
+def test_send_after_commit_or_abort_never_joins_the_ended_transaction(
+        broker: RunningBroker, unique_name: Callable[[str], str],
+        producer: TransactionalProducer) -> None:
+    # send()'s shortcut skips asking the transaction core: it must be forgotten when the
+    # transaction ends, or a record would join a batch of a transaction already ended.
+    topic = create_topic(broker, unique_name("t"))
+    producer.begin_transaction()
+    kept = [producer.send(topic, b"kept-%d" % i) for i in range(20)]
+    producer.commit_transaction(TIMEOUT)
+    with pytest.raises(IllegalStateError):
+        producer.send(topic, b"after the commit")
+    producer.begin_transaction()
+    for i in range(20):
+        producer.send(topic, b"aborted-%d" % i, partition=2)
+    producer.abort_transaction(TIMEOUT)
+    with pytest.raises(IllegalStateError):
+        producer.send(topic, b"after the abort", partition=2)
+    producer.begin_transaction()
+    last = [producer.send(topic, b"last-%d" % i, partition=2) for i in range(20)]
+    producer.commit_transaction(TIMEOUT)
+    assert all(f.result(0).offset >= 0 for f in kept + last)
+    assert sorted(written(broker, topic).values()) == sorted(
+        [b"kept-%d" % i for i in range(20)] + [b"last-%d" % i for i in range(20)])
+
+
+def test_a_thread_sending_while_another_commits_loses_nothing(
+        broker: RunningBroker, unique_name: Callable[[str], str],
+        producer: TransactionalProducer) -> None:
+    # Every send() either raised (the commit had begun) or its record is in the committed
+    # transaction; a stale shortcut let records into a batch the commit had already sent.
+    topic = create_topic(broker, unique_name("t"))
+    producer.begin_transaction()
+    accepted: list[Any] = []
+    refused: list[BaseException] = []
+    started = threading.Event()
+
+    def sender() -> None:
+        try:
+            while True:
+                accepted.append(producer.send(topic, b"v-%d" % len(accepted)))
+                started.set()
+        except IllegalStateError as exc:
+            refused.append(exc)
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=sender)
+    thread.start()
+    started.wait(TIMEOUT)
+    time.sleep(0.05)
+    producer.commit_transaction(TIMEOUT)
+    thread.join(TIMEOUT)
+    assert refused and not thread.is_alive()
+    assert all(f.result(TIMEOUT).offset >= 0 for f in accepted)
+    assert sorted(written(broker, topic).values()) == sorted(
+        b"v-%d" % i for i in range(len(accepted)))

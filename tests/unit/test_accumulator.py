@@ -161,6 +161,54 @@ def test_drain_respects_the_byte_budget_and_rotates() -> None:
     assert set(taken) == {TP0, TP1, TP2}  # no partition starves
 
 
+def test_an_appender_adds_to_the_newest_batch_until_it_takes_no_more() -> None:
+    acc = accumulator(batch_size=512, linger_ms=60_000)
+    first = put(acc)
+    assert acc.appender(TP0, generation=1) is None and acc.appender(TP1, generation=0) is None
+    shortcut = acc.appender(TP0, generation=0)
+    assert shortcut is not None
+    add, outcome = shortcut
+    assert outcome is first.outcome
+    deltas = [add(TS, None, VALUE, ()) for _ in range(5)]
+    assert deltas[:3] == [1, 2, 3] and deltas[3:] == [-1, -1]  # 4 records of 100 bytes fit 512
+    put(acc)  # the usual way: it opens the next batch
+    assert add(TS, None, b"x", ()) == -1  # the closed batch takes nothing, however small
+    ready = flush(acc)[TP0]
+    assert values(ready) == [VALUE] * 4 and ready.ticket.record_count == 4
+
+
+def test_an_appender_refuses_once_its_batch_was_drained_or_failed() -> None:
+    acc = accumulator()
+    put(acc)
+    shortcut = acc.appender(TP0, generation=0)
+    assert shortcut is not None
+    flush(acc)
+    assert shortcut[0](TS, None, VALUE, ()) == -1 and acc.unsent_records() == 0
+    put(acc, generation=1)
+    doomed = acc.appender(TP0, generation=1)
+    assert doomed is not None
+    acc.fail_generation(1, AbortableError("aborted"))
+    assert doomed[0](TS, None, VALUE, ()) == -1 and acc.unsent_records() == 0
+
+
+def test_a_batch_drained_unencoded_encodes_later_to_the_same_bytes_and_resends_them() -> None:
+    # The I/O thread encodes drained batches after releasing the lock; the bytes, sequences
+    # and the byte budget must be what an encoding drain gives.
+    now, later = accumulator(batch_size=512), accumulator(batch_size=512)
+    for acc in (now, later):
+        for _ in range(12):
+            put(acc)
+            put(acc, tp=TP1)
+    encoded = now.drain(every, 0.0, flush=True, max_bytes=600)
+    bare = later.drain(every, 0.0, flush=True, max_bytes=600, encode=False)
+    assert list(bare) == list(encoded) and all(not r.data for r in bare.values())
+    ready = {tp: later.encode(r) for tp, r in bare.items()}
+    assert {tp: r.data for tp, r in ready.items()} == {tp: r.data for tp, r in encoded.items()}
+    assert later.encode(ready[TP0]) is ready[TP0]
+    assert isinstance(later.complete(ready[TP0], 13), Retry)  # lost: sent again, same bytes
+    assert flush(later, every)[TP0].data == ready[TP0].data
+
+
 def test_a_new_generation_starts_a_new_batch() -> None:
     acc = accumulator()
     put(acc, value=b"g0", generation=0)

@@ -106,6 +106,29 @@ def test_a_record_that_does_not_fit_changes_nothing_and_a_first_always_fits() ->
     assert [r.value for r in decode(build(small))] == [b"ab", b"cd"]
 
 
+def test_add_answers_the_offset_delta_or_minus_one_changing_nothing() -> None:
+    writer = BatchWriter(limit=HEADER_SIZE + 2 * 9)
+    assert writer.add(TS, None, b"ab") == 0
+    assert writer.add(TS + 1, b"k", None, [("h", b"v")]) == -1  # does not fit
+    assert writer.add(TS + 1, None, b"cd") == 1
+    assert writer.add(TS + 1, None, b"ef") == -1
+    assert [r.value for r in decode(build(writer))] == [b"ab", b"cd"]
+
+
+def test_a_sealed_or_built_writer_refuses_every_later_record() -> None:
+    # send()'s shortcut holds a batch's add(): once the batch is closed or drained, a record
+    # put there would be lost or land behind a newer batch's records.
+    sealed = BatchWriter(limit=1 << 20)
+    sealed.append(TS, None, b"a")
+    sealed.seal()
+    assert sealed.add(TS, None, b"b") == -1 and not sealed.append(TS, b"k", b"b", [("h", None)])
+    assert [r.value for r in decode(build(sealed))] == [b"a"]
+    built = BatchWriter(limit=1 << 20)
+    built.append(TS, None, b"a")
+    build(built)
+    assert built.add(TS, None, b"b") == -1 and built.count == 1
+
+
 def test_append_values_stops_where_the_batch_is_full_and_resumes_there() -> None:
     values = [b"v%03d" % i for i in range(300)]
     batches, start = [], 0

@@ -5,7 +5,9 @@ Theory of operation
 ``append`` checks a record (type, size: see :mod:`eosclient._core.records`) and encodes it at
 once into the open batch of its partition (:mod:`eosclient._core.encoder`), so that encoding cost
 is spread over the appends; ``append_record`` is the same without the checks, for a caller that
-made them (the producer's ``send()``). A batch is *closed* when it refuses the next record
+made them (the producer's ``send()``), and ``appender`` hands out the newest batch's own append
+for a caller that sends many records to one partition (``send()``'s shortcut; a batch no longer
+open refuses records through it). A batch is *closed* when it refuses the next record
 (``batch.size``) or a newer batch follows it; it is *ready* when closed, when its ``linger.ms``
 has passed, or when the caller flushes. A batch's records share one outcome
 (:mod:`eosclient._core.delivery`): settling a batch is one change however many records it holds,
@@ -38,7 +40,7 @@ timestamps (``timestamp_ms``, wall clock) are the caller's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from eosclient._core.batches import (
@@ -49,6 +51,7 @@ from eosclient._core.batches import (
     ReadyBatch,
 )
 from eosclient._core.delivery import BatchOutcome, DeliveryHandle, RecordDelivery
+from eosclient._core.encoder import Header
 from eosclient._core.partitioner import StickyPartitions, default_partitioner
 from eosclient._core.records import (
     Record,
@@ -62,6 +65,7 @@ from eosclient.errors import AbortableError, EosError, KafkaTimeoutError
 
 __all__ = [
     "AccumulatorSettings",
+    "Appender",
     "DrainGate",
     "Expiry",
     "ProducerBatch",
@@ -70,6 +74,9 @@ __all__ = [
 ]
 
 _NO_TIMESTAMP = -1
+
+Appender = tuple[Callable[[int, bytes | None, bytes | None, Sequence[Header]], int], BatchOutcome]
+"""What :meth:`RecordAccumulator.appender` hands out: a batch's ``add`` and its outcome."""
 
 
 class DrainGate(Protocol):
@@ -229,6 +236,21 @@ class RecordAccumulator:
                                              record.headers, now, generation)
         return RecordDelivery(outcome, delta, record.timestamp_ms)
 
+    def appender(self, tp: TopicPartition, generation: int) -> Appender | None:
+        """What appends more records of ``generation`` to ``tp``'s newest batch, the one
+        :attr:`append_record` would try first; None if there is none, or it takes no more.
+
+        Returns:
+            ``(add, outcome)``: ``add(timestamp_ms, key, value, headers)`` appends one checked
+            record (as :attr:`append_record` takes it) and answers its offset delta in the
+            batch, or -1 (nothing changed: append it the usual way) if it does not fit, and for
+            good once the batch is closed, drained, failed or expired; ``outcome`` is the
+            batch's, shared by its records. Nothing else is checked: the caller keeps it only
+            while the generation is open and ``tp`` is where its records go.
+        """
+        batch = self._queues.open_batch(tp, generation)
+        return None if batch is None else (batch.writer.add, batch.outcome)
+
     def append_many(
         self,
         tp: TopicPartition,
@@ -304,6 +326,7 @@ class RecordAccumulator:
         *,
         max_bytes: int | None = None,
         flush: bool = False,
+        encode: bool = True,
     ) -> dict[TopicPartition, ReadyBatch]:
         """Take the batches to send now: at most one per partition (one Produce request).
 
@@ -315,6 +338,8 @@ class RecordAccumulator:
             max_bytes: Byte budget of the request (default ``max.request.size``); the first
                 batch is taken even if larger.
             flush: Take batches whose linger has not passed too.
+            encode: Encode new batches now; False leaves their ``data`` empty until
+                :meth:`encode` (the budget then counts their uncompressed size).
 
         Returns:
             Partition -> the batch to send, with its ticket and encoded bytes.
@@ -328,9 +353,21 @@ class RecordAccumulator:
                 continue
             if drained and used + size > budget:
                 break
-            drained[tp] = self._take(tp)
-            used += len(drained[tp].data)
+            drained[tp] = self._take(tp, encode)
+            used += drained[tp].batch.size_bound()  # the exact size once encoded
         return drained
+
+    def encode(self, ready: ReadyBatch) -> ReadyBatch:
+        """``ready`` with its bytes, encoded now if :meth:`drain` left them out.
+
+        It touches only the drained batch, which nothing else reads or changes until its
+        answer is fed to :meth:`complete`: a threaded caller may call it without its lock.
+        """
+        if ready.data:
+            return ready
+        data = ready.batch.data or ready.batch.encode(
+            ready.ticket, transactional=self._settings.transactional)
+        return ReadyBatch(ready.tp, ready.ticket, data, ready.batch)
 
     def next_ready(self, now: float) -> float | None:
         """Seconds until some batch becomes ready by linger (0: one is ready now); None if
@@ -467,12 +504,12 @@ class RecordAccumulator:
             return None  # an older generation is still in flight here: never mix them
         return head.size_bound()
 
-    def _take(self, tp: TopicPartition) -> ReadyBatch:
+    def _take(self, tp: TopicPartition, encode: bool) -> ReadyBatch:
         resent = self._sequences.take_resend(tp)
         if resent is not None:
             batch, ticket = resent
             return ReadyBatch(tp, ticket, batch.data, batch)
         batch = self._queues.pop(tp)
         ticket = self._sequences.assign(tp, batch.count, batch, deadline=batch.deadline)
-        data = batch.encode(ticket, transactional=self._settings.transactional)
-        return ReadyBatch(tp, ticket, data, batch)
+        ready = ReadyBatch(tp, ticket, b"", batch)
+        return self.encode(ready) if encode else ready

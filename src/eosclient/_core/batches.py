@@ -276,6 +276,15 @@ class PartitionQueues:
             batch.reserve(batch.writer.size - batch.reserved)
         return batch.outcome, 0
 
+    def open_batch(self, tp: TopicPartition, generation: int) -> ProducerBatch | None:
+        """``tp``'s newest batch if :meth:`append` would try it first for ``generation``."""
+        queue = self._queues.get(tp)
+        if queue:
+            batch = queue[-1]
+            if batch.generation == generation and not batch.full:
+                return batch
+        return None
+
     def kill(self, generation: int, error: BaseException) -> None:
         """Fail every later append to ``generation`` and older ones with ``error``."""
         if generation >= self._dead_through:
@@ -319,6 +328,7 @@ class PartitionQueues:
         batch = queue.popleft()
         if not queue:
             del self._queues[tp]
+        batch.writer.seal()  # on its way: encoded maybe later, but it takes no more records
         return batch
 
     def remove(self, doomed: Callable[[ProducerBatch], bool]) -> list[ProducerBatch]:
@@ -328,6 +338,8 @@ class PartitionQueues:
             removed.extend(b for b in queue if doomed(b))
             kept = deque(b for b in queue if not doomed(b))
             self._set(tp, kept)
+        for batch in removed:
+            batch.writer.seal()
         return removed
 
     def expired(self, now: float) -> list[ProducerBatch]:
@@ -357,6 +369,7 @@ class PartitionQueues:
 
     def _close_and_open(self, batch: ProducerBatch, now: float) -> ProducerBatch:
         batch.full = True
+        batch.writer.seal()  # a smaller record would still fit: it must go to the new batch
         self._on_filled(batch.tp)
         return self._new(batch.tp, batch.generation, now)
 

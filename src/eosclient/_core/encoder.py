@@ -211,6 +211,19 @@ class BatchWriter:
         self._advance(timestamp_ms, len(record), 1)
         return True
 
+    def add(self, timestamp_ms: int, key: bytes | None, value: bytes | None,
+            headers: Sequence[Header] = ()) -> int:
+        """:meth:`append`, answering the record's offset delta, or -1 (nothing changed) if it
+        does not fit: ``send()``'s shortcut makes one call a record, not two."""
+        count = self.count
+        return count if self.append(timestamp_ms, key, value, headers) else -1
+
+    def seal(self) -> None:
+        """Refuse every later record (of a batch that already has one): the batch was closed,
+        taken to be sent or dropped, and a caller still holding its :meth:`add` must not
+        put a record there."""
+        self._limit = -1
+
     def append_values(self, timestamp_ms: int, keys: Sequence[bytes | None] | None,
                       values: Sequence[bytes | None], start: int = 0,
                       headers: Sequence[Sequence[Header]] | None = None) -> int:
@@ -326,6 +339,7 @@ class BatchWriter:
         """
         records = b"".join(self._parts)
         self._parts = []
+        self._limit = -1  # sealed
         attributes = _TRANSACTIONAL if transactional else 0
         if compression:
             packed = _COMPRESSORS[compression](records)

@@ -1,7 +1,8 @@
 """Produce requests: ready batches out to their leaders, answers back to the accumulator.
 
 Private to the producer's I/O thread, called under the producer's lock except
-:meth:`ProduceLane.send_outbox` (only that thread uses the network client). One Produce request per
+:meth:`ProduceLane.send_outbox`, which encodes the drained batches and writes their requests (only
+that thread uses the network client and touches a drained batch). One Produce request per
 leader at a time per drain, up to ``max.in.flight.requests.per.connection`` in flight per broker;
 each holds at most one batch per partition (Produce v3+). A batch may be drained when its
 partition's leader is that broker, its retry backoff has passed, and the transaction core agrees:
@@ -22,7 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from eosclient._core.accumulator import ReadyBatch, RecordAccumulator
@@ -73,8 +74,9 @@ class ProduceLane:
         self.acked_records = self.acked_batches = self.retried_batches = 0  # stats()
         # id(request) -> (node id, the earliest delivery deadline of its batches)
         self._flights: dict[int, tuple[int, float]] = {}
-        # Requests made under the lock, written by send_outbox() after it is released.
-        self._outbox: list[tuple[int, Any, Callable[[Answer], None]]] = []
+        # Batches drained under the lock, one Produce request each: encoded, made into requests
+        # and written by send_outbox() after it is released.
+        self._outbox: list[tuple[int, dict[TopicPartition, ReadyBatch]]] = []
 
     def forget_retries(self) -> None:
         """The identity changed: per-partition retry backoffs no longer apply."""
@@ -102,28 +104,33 @@ class ProduceLane:
             ready = self._gate(node, now)
             in_flight = self._client.in_flight(node)
             while in_flight < self._max_in_flight:
-                batches = self._acc.drain(ready, now, max_bytes=self._max_bytes, flush=flush)
+                batches = self._acc.drain(ready, now, max_bytes=self._max_bytes, flush=flush,
+                                          encode=False)  # send_outbox encodes them
                 if not batches:
                     break
-                self._send(node, batches)
+                self._outbox.append((node, batches))
                 in_flight += 1
 
     def send_outbox(self) -> None:
-        """Write the requests :meth:`drain` made; call without the lock, before the next poll.
+        """Send the batches :meth:`drain` took; call without the lock, before the next poll.
 
-        Encoding a request and copying it into the socket is a third of the I/O thread's cost
-        per record; outside the lock, application threads append meanwhile. The requests go
-        only to connections :meth:`drain` found ready, so no metadata is read here, and in the
-        order they were drained in (which the broker's sequence checks rely on).
+        Encoding the batches (their header, codec and CRC) and the request, and copying it into
+        the socket, is most of the I/O thread's cost per record; outside the lock, application
+        threads append meanwhile (a drained batch is this thread's alone until its answer).
+        The requests go only to connections :meth:`drain` found ready, so no metadata is read
+        here, and in the order the batches were drained in (which the broker's sequence
+        checks rely on).
         """
         outbox, self._outbox = self._outbox, []
-        for node, request, on_done in outbox:
-            self._client.send(node, request, on_done)
+        for node, batches in outbox:
+            encoded = {tp: self._acc.encode(ready) for tp, ready in batches.items()}
+            self._client.send(node, self._request(node, encoded),
+                              functools.partial(self._on_answer, encoded))
 
     def _gate(self, node: int, now: float) -> _Gate:
         return _Gate(self._core, self._metadata.leaders(), self._retry_at, node, now)
 
-    def _send(self, node: int, batches: dict[TopicPartition, ReadyBatch]) -> None:
+    def _request(self, node: int, batches: dict[TopicPartition, ReadyBatch]) -> Any:
         by_topic: dict[str, list[Any]] = {}
         for tp, ready in batches.items():
             by_topic.setdefault(tp.topic, []).append(_PARTITION(index=tp.partition,
@@ -135,7 +142,7 @@ class ProduceLane:
         # connection is closed before the batch is given up (see expire).
         deadline = min(ready.batch.deadline for ready in batches.values())
         self._flights[id(request)] = (node, deadline)
-        self._outbox.append((node, request, functools.partial(self._on_answer, batches)))
+        return request
 
     # -- back ----------------------------------------------------------------------------------
 

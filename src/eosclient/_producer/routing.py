@@ -111,13 +111,17 @@ class Router:
         return tp
 
     def transaction_began(self) -> None:
-        """A new transaction may declare other partitions: forget the sticky choices."""
+        """A new transaction may declare other partitions: forget the sticky choices (and
+        ``send()``'s shortcuts, which point at batches of the transaction before)."""
         self._sticky_tps.clear()
+        self._sender.shortcuts.clear()
 
     def batch_opened(self) -> None:
         """A batch was opened (the one before may have filled): the sticky partitions the
-        accumulator chose may have moved (KIP-480 moves on when a batch fills), so ask again."""
+        accumulator chose may have moved (KIP-480 moves on when a batch fills), so ask again;
+        ``send()``'s shortcuts may point at a batch that is no longer the newest."""
         self._sticky_tps.clear()
+        self._sender.shortcuts.clear()
 
     def _target(self, topic: str, partition: int | None, key: bytes | None) -> TopicPartition:
         self.check_state(topic)

@@ -13,11 +13,13 @@ the :class:`~eosclient._core.txn.TransactionCore`, the
    expire batches past ``delivery.timeout.ms``, poll the core and act on its outputs
    (``SendRequest`` queued until ``not_before``, ``FailUnsent`` -> ``fail_generation``,
    ``SequencesReset`` -> ``reset_identity``), send due coordinator requests, ask for metadata,
-   drain ready batches into Produce requests (:mod:`eosclient._producer.produce`), and compute
-   how long the next wait may be. Blocked application calls are notified.
-3. **Without the lock**: the Produce requests drained in step 2 are encoded and written to
-   their sockets (application threads append meanwhile; only this thread uses the network
-   client); the outcomes of batches settled in step 2 are published to their records' futures
+   take the ready batches for Produce requests (:mod:`eosclient._producer.produce`: their
+   sequences are assigned then), and compute how long the next wait may be. Blocked
+   application calls are notified.
+3. **Without the lock**: the batches taken in step 2 are encoded (header, codec, CRC), made
+   into Produce requests and written to their sockets (application threads append meanwhile;
+   only this thread uses the network client and a drained batch); the outcomes of batches
+   settled in step 2 are published to their records' futures
    (:func:`~eosclient._producer.results.publish`, one step per batch) and ``send_batch``
    futures are resolved, so callbacks may call the producer.
 
@@ -41,7 +43,7 @@ import logging
 import time
 from typing import Any
 
-from eosclient._core.accumulator import AccumulatorSettings, RecordAccumulator
+from eosclient._core.accumulator import AccumulatorSettings, Appender, RecordAccumulator
 from eosclient._core.txn import (
     FailUnsent,
     SendRequest,
@@ -92,6 +94,11 @@ class Sender(IoThread):
         super().__init__(NetworkClient(config), f"eosclient-producer-{config.client_id}")
         self.metadata = self.client.metadata
         self.settled: list[DeliveryFuture[object]] = []
+        # send()'s shortcuts: where the last record sent to a topic (or topic and partition)
+        # went, the batch's ``add`` and outcome (RecordAccumulator.appender). Valid only while
+        # nothing but send() took the lock since: emptied by every turn, and by the
+        # application's calls that change the transaction or open batches (the producer's).
+        self.shortcuts: dict[object, Appender] = {}
         self.flushing = 0
         # Since when no broker has been reachable (None: one is, or nothing failed yet); set
         # by the I/O thread at every step, read by close() (see broker_gone).
@@ -146,6 +153,7 @@ class Sender(IoThread):
     def turn(self, answers: list[Answer]) -> float | None:
         """Steps 2 and 3 of the loop (the module docstring); the next wait, None to exit."""
         with self.lock:
+            self.shortcuts.clear()  # anything may change now: batches drained, state, metadata
             timeout = self._iterate(answers)
             outcomes, settled = self.acc.take_settled(), self._take_settled()
             self.changed.notify_all()
@@ -258,6 +266,7 @@ class Sender(IoThread):
         if exc is not self.client.fatal:  # that one the network client logged
             log.exception("the producer's I/O thread crashed", exc_info=exc)
         with self.lock:
+            self.shortcuts.clear()
             self.crashed = exc
             error = stopped_error(exc, "producer")  # each failed record's future says why
             try:

@@ -401,6 +401,7 @@ class AsyncTransactionalProducer:
         seconds = timeout_of(timeout, self.config.max_block_ms)
         sync._check_open()
         now = time.monotonic()
+        sync._shortcuts.clear()  # the state changes: send() must ask the core again
         completion = call(now, now + seconds)
         driver.pump()  # its first requests go out now, not after a trip through the loop
         try:
