@@ -71,6 +71,23 @@ def apis(timings: list[Timing]) -> Counter[ApiKey]:
     return Counter(ApiKey(t.api_key) for t in timings)
 
 
+def assert_waits(timings: list[Timing]) -> None:
+    """Each transaction's Produce left after its registration's answer, and its EndTxn after
+    every answer of the transaction (KAFKA-14053): what the round count cannot show when the
+    application's calls come late enough for independent requests to miss each other."""
+    since: list[Timing] = []
+    for t in sorted(timings, key=lambda t: t.arrived):
+        api = ApiKey(t.api_key)
+        if api is ApiKey.END_TXN:
+            assert all(o.delivered is not None and o.delivered <= t.arrived for o in since)
+            since = []
+            continue
+        if api is ApiKey.PRODUCE:
+            registered = [o for o in since if o.api_key == ApiKey.ADD_PARTITIONS_TO_TXN]
+            assert all(o.delivered is not None and o.delivered <= t.arrived for o in registered)
+        since.append(t)
+
+
 @pytest.mark.parametrize("preregister", [False, True], ids=["lazy", "pre-registered"])
 def test_a_one_record_transaction_takes_three_rounds(
         broker: RunningBroker, slow_proxy: KafkaProxy, producer: TransactionalProducer,
@@ -108,7 +125,10 @@ def test_a_pre_registered_transaction_with_offsets_takes_three_rounds(
             ApiKey.PRODUCE: TRANSACTIONS, ApiKey.TXN_OFFSET_COMMIT: TRANSACTIONS,
             ApiKey.END_TXN: TRANSACTIONS}
     assert apis(timings) == each
-    assert rounds(timings) == 3 * TRANSACTIONS
+    # Three rounds; fewer when send_offsets_to_transaction() comes late enough (a loaded
+    # machine) that AddOffsetsToTxn's answer is still on its way as the Produce leaves.
+    assert rounds(timings) <= 3 * TRANSACTIONS
+    assert_waits(timings)
 
 
 def test_the_first_transaction_looks_the_group_coordinator_up_beside_its_registration(
@@ -129,4 +149,5 @@ def test_the_first_transaction_looks_the_group_coordinator_up_beside_its_registr
     producer.commit_transaction(TIMEOUT)
     timings = slow_proxy.take_timings()
     assert apis(timings)[ApiKey.FIND_COORDINATOR] == 1
-    assert rounds(timings) == 3
+    assert rounds(timings) <= 3  # (fewer: as in the test before)
+    assert_waits(timings)
