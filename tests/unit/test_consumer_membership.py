@@ -18,7 +18,7 @@ from eosclient._consumer import protocol as wire
 from eosclient._consumer.membership import TABLE, Input, Membership, Send, Settings, State
 from eosclient._core.types import TopicPartition as TP
 from eosclient._protocol.apis import APIS
-from eosclient.errors import ApiKey, FatalError, FencedError, IllegalStateError
+from eosclient.errors import ApiKey, EosError, FatalError, FencedError, IllegalStateError
 
 SETTINGS = Settings(group_id="g", assignors=("range", "roundrobin"), session_timeout=10.0,
                     rebalance_timeout=60.0, heartbeat_interval=1.0, retry_backoff=0.1,
@@ -325,6 +325,22 @@ def test_a_follower_whose_rejoin_keeps_the_generation_leaves_and_joins_anew(
     m.on_response(join, joined(member="m1", leader="m2", generation=5), 2.0)  # not 6
     assert "answered the rejoin of a follower with the same generation 5," in caplog.text
     _leaves_then_joins_anew(m, settings, 2.0)
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, STATIC])
+def test_a_rejoin_after_a_lost_answer_may_keep_the_generation(settings: Settings) -> None:
+    # A static member joining again by itself gets the generation it was in (KIP-345; noida-db,
+    # after a cut connection). Leaving then made a zombie take its instance over from the live
+    # replacement (nemesis noida-db seed 19), and starts a rebalance for nothing.
+    m, join = _rejoined(settings)
+    m.on_response(join, joined(member="m1", leader="m2", generation=6), 2.0)
+    sync = one(m.poll(2.0, counts), "sync")
+    m.on_failure(sync, EosError("cut"), 2.5)  # no answer: find the coordinator, join again
+    found(m, 10.0)
+    m.on_response(one(m.poll(10.0, counts), "join"),
+                  joined(member="m1", leader="m2", generation=6), 11.0)
+    assert m.state is State.SYNCING and m.generation == 6
+    assert [s.kind for s in m.poll(11.0, counts)] == ["sync"]
 
 
 def test_a_leader_whose_assignment_was_ignored_leaves_and_joins_anew(

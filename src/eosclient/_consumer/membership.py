@@ -128,6 +128,8 @@ class Membership:
         self._join_sent: Send | None = None  # the JoinGroup in flight, even of an old attempt
         self._reform_leave: Send | None = None  # the LeaveGroup the next JoinGroup waits for
         self._same_generation = False  # the last JoinGroup answer kept the generation we were in
+        # (after the coordinator asked for a rebalance: see _reform)
+        self._asked = False  # REBALANCE_IN_PROGRESS since the last JoinGroup answer
         self._own_share: bytes | None = None  # what this leader assigned itself (to check)
         self._joined: Any = None  # the leader's JoinGroup answer, kept while it assigns
         self._protocol = ""
@@ -295,7 +297,8 @@ class Membership:
                          f"{response.member_id!r}), so nobody would assign", now,
                          rejoin_as=response.leader)
             return
-        self._same_generation = (0 <= self.generation == response.generation_id
+        asked, self._asked = self._asked, False
+        self._same_generation = (asked and 0 <= self.generation == response.generation_id
                                  and self.member_id == response.member_id)
         if self._same_generation and response.leader != response.member_id:
             self._reform(f"answered the rejoin of a follower with the same generation "
@@ -337,7 +340,14 @@ class Membership:
         leader's assignment, and a leader that left then stays named leader, and nobody
         assigns). A LeaveGroup makes the coordinator start a new generation, which every member
         joins; so this member leaves (static or not) and joins again once that is answered, as
-        a new member."""
+        a new member.
+
+        Only a rejoin the coordinator asked for (REBALANCE_IN_PROGRESS) is judged so. A static
+        member that joins again for its own reasons (an answer lost to a cut connection) may
+        rightly be given the generation it was in (KIP-345: noida-db does); leaving then would
+        start a needless rebalance, and the new member's JoinGroup, with no member id and the
+        instance id, would take the instance over from a live replacement if this process is
+        a zombie (nemesis noida-db seed 19: both instances died)."""
         log.warning("group %r: the coordinator %s: leaving and joining again%s",
                     self.settings.group_id, why,
                     f" as {rejoin_as!r}" if rejoin_as else " to start a new generation")
@@ -399,6 +409,7 @@ class Membership:
                 self.member_id = ""
             if code != _REBALANCE_IN_PROGRESS:
                 self.generation = -1
+            self._asked |= code == _REBALANCE_IN_PROGRESS
             self._rejoin(now, at_once=True)
         elif api is ApiKey.HEARTBEAT:
             if code in _NOT_COORDINATOR:
@@ -425,6 +436,7 @@ class Membership:
             self.member_id = ""
         if code != _REBALANCE_IN_PROGRESS:
             self.generation = -1
+        self._asked |= code == _REBALANCE_IN_PROGRESS
         self._rejoin(now, at_once=True)
 
     def fail(self, error: EosError, now: float) -> None:
