@@ -8,6 +8,7 @@ these read as the processor's rules: what is asked, in which order, after which 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -205,6 +206,35 @@ def test_revoking_commits_the_open_transaction_and_awaits_its_offsets() -> None:
     assert names[commit - 1] == "consumer.in_generation"
     assert names[commit + 1] == "consumer.committed"  # the hand-over waits for the group
     assert stats.transactions_committed == 1
+
+
+def test_partitions_lost_and_given_back_start_past_what_this_instance_committed() -> None:
+    # Tansu applies a committed transaction's offsets late, and drops them for good when the
+    # same producer's next transaction is aborted meanwhile (as after a lost generation): the
+    # group then shows an offset from before records this instance committed. Going back
+    # there copied 104 records twice (nemesis Tansu seed 5).
+    core = ProcessorCore(settings())
+    polls: list[float] = []
+
+    def poll(timeout: float, most: int) -> dict[TopicPartition, RecordColumns]:
+        polls.append(timeout)
+        if len(polls) == 1:
+            return {TP: columns(0, 2)}
+        if len(polls) == 2:
+            time.sleep(0.15)  # past commit_interval_ms: the transaction commits
+        if len(polls) == 3:  # committed by now; the group moves on and gives TP back
+            drive(core.on_lost([TP]), script)
+            drive(core.on_assign([TP]), script)
+        return {}
+
+    script = Script(consumer__poll_batch=poll, consumer__committed=lambda tps, *_: {TP: 0},
+                    consumer__high_watermark=5, consumer__last_stable_offset=5,
+                    front__sleep=lambda seconds: None)
+    run(script, core, max_records=3, timeout=0.5)
+    names = script.names()
+    assert "producer.commit_transaction" in names
+    assert names.index("producer.commit_transaction") < names.index("front.probe")
+    assert script.args("consumer.seek") == [(TP, 2)]
 
 
 def test_a_member_that_lost_its_generation_proves_it_was_not_replaced(

@@ -158,8 +158,9 @@ class ProcessorCore:
         self._txn: _Txn | None = None
         self._rewind = False
         self._aborts_in_row = 0  # aborted transactions since the last commit
-        # What this instance committed for partitions it holds: the group must show it before
-        # a partition is handed over, and a rewind never goes back past it.
+        # What this instance committed for partitions it holds (or held, until it loses them
+        # without a hand-over): the group must show it before a partition is handed over, and
+        # a rewind never goes back past it.
         self._committed: dict[TopicPartition, int] = {}
         self._outputs: list[TopicPartition] | None = None  # None: the count is not known
         self._declared: list[TopicPartition] | None = None
@@ -379,8 +380,11 @@ class ProcessorCore:
         aborted, never committed, and nothing is handed over."""
         log.warning("partitions lost (the group generation ran out): aborting the open "
                     "transaction; the next owner processes its records")
-        for tp in partitions:
-            self._committed.pop(tp, None)
+        # What this instance committed stays known: given a partition back, it starts past it
+        # even where the group shows less (Tansu drops the offsets of a committed transaction
+        # whose application it deferred once the same producer's next transaction aborts, as
+        # the one open now will). Where another member went further meanwhile, the group shows
+        # more, and that is taken (_rewind_to_committed).
         if self._txn is not None:
             yield from self._abort()  # a replacement fenced us: FencedError, and run() ends
         else:
