@@ -67,6 +67,7 @@ class RebalanceStep(NamedTuple):
     revoking: bool
     partitions: list[TopicPartition]
     lost: bool = False
+    confirming: bool = False  # a stopped static member's on_lost before it joins as new
 
 
 def step_callback(step: RebalanceStep, on_assign: RebalanceCallback | None,
@@ -74,7 +75,7 @@ def step_callback(step: RebalanceStep, on_assign: RebalanceCallback | None,
                   on_lost: RebalanceCallback | None) -> RebalanceCallback | None:
     """The callback ``step`` runs, if any: ``on_lost`` (else ``on_revoke``) for partitions lost
     with the generation, ``on_revoke`` for revoked ones (not for none), ``on_assign`` always."""
-    if step.revoking and not step.partitions:
+    if step.revoking and not step.partitions and not step.confirming:
         return None
     return (on_lost or on_revoke) if step.lost else on_revoke if step.revoking else on_assign
 
@@ -136,8 +137,9 @@ class GroupCoordinator:
     def rebalance_due(self) -> bool:
         """Whether the application's thread has a rebalance step to run (revoke or assign),
         outside a callback (a poll() inside ``on_revoke`` does not rebalance again)."""
-        return not self.in_callback and self.membership.state in (State.REVOKING,
-                                                                   State.ASSIGNING)
+        return not self.in_callback and (self.membership.state in (State.REVOKING,
+                                                                    State.ASSIGNING)
+                                         or self.membership.held)
 
     def run_rebalance(self, loop: IoLoop, assignment: Assignment,
                       on_assign: RebalanceCallback | None,
@@ -151,12 +153,14 @@ class GroupCoordinator:
         step = self.start_step(loop, assignment)
         if step is None:
             return
+        completed = False
         try:
             callback = step_callback(step, on_assign, on_revoke, on_lost)
             if callback is not None:
                 callback(step.partitions)
+            completed = True
         finally:
-            self.finish_step(loop, assignment, step)
+            self.finish_step(loop, assignment, step, completed=completed)
 
     def start_step(self, loop: IoLoop, assignment: Assignment) -> RebalanceStep | None:
         """The first half of :meth:`run_rebalance` (takes the lock): the step whose callback
@@ -169,12 +173,18 @@ class GroupCoordinator:
             self.in_callback = True
             return step
 
-    def finish_step(self, loop: IoLoop, assignment: Assignment, step: RebalanceStep) -> None:
+    def finish_step(self, loop: IoLoop, assignment: Assignment, step: RebalanceStep, *,
+                    completed: bool = True) -> None:
         """The second half of :meth:`run_rebalance` (takes the lock): revoked partitions are
-        dropped and the member joins again."""
+        dropped and the member joins again; after a confirming step only if its callback
+        returned (``completed``): one that raised (a processor found it was replaced) keeps
+        the join held."""
         with loop.lock:
             self.in_callback = False
-            if step.revoking:
+            if step.confirming:
+                if completed:
+                    self.membership.confirmed(time.monotonic())
+            elif step.revoking:
                 self.revoked(assignment, time.monotonic())
             loop.wake()
 
@@ -182,6 +192,8 @@ class GroupCoordinator:
         """The step to run: the partitions to revoke (still assigned, so that ``on_revoke``
         can commit their positions), or the new assignment, installed now (ASSIGNING ->
         STABLE), each new partition to start from its committed offset."""
+        if self.membership.held:  # (no partitions: they went with the generation)
+            return RebalanceStep(True, list(assignment.states), lost=True, confirming=True)
         if self.membership.state is State.REVOKING:
             return RebalanceStep(True, list(assignment.states),
                                  lost=self.membership.generation < 0)

@@ -343,6 +343,29 @@ def test_a_rejoin_after_a_lost_answer_may_keep_the_generation(settings: Settings
     assert [s.kind for s in m.poll(11.0, counts)] == ["sync"]
 
 
+@pytest.mark.parametrize(("settings", "held"), [(STATIC, True), (SETTINGS, False)])
+def test_a_stopped_static_member_without_a_member_id_joins_once_confirmed(
+        settings: Settings, held: bool) -> None:
+    # UNKNOWN_MEMBER_ID, a join with no member id sent, then the process was stopped (SIGSTOP)
+    # and a replacement took its instance id. Sent again on resume, that join took the
+    # instance back from the live replacement, which died (nemesis noida-db seed 14). A static
+    # member waits for the application's on_lost (a processor proves it was not replaced).
+    m, _ = stable(settings=settings)
+    m.on_response(one(m.poll(1.0, counts), "heartbeat"), beat(25), 1.0)
+    m.revoked(1.0)
+    join = one(m.poll(1.0, counts), "join")
+    assert join.request.member_id == ""
+    m.poll(30.0, counts)  # resumed: more than a session since the last turn
+    found(m, 30.0)
+    assert m.held is held
+    sends = m.poll(30.0, counts)
+    assert [s.kind for s in sends if s.kind == "join"] == ([] if held else ["join"])
+    if held:
+        m.confirmed(31.0)
+        assert not m.held
+        assert one(m.poll(31.0, counts), "join").request.member_id == ""
+
+
 def test_a_leader_whose_assignment_was_ignored_leaves_and_joins_anew(
         caplog: pytest.LogCaptureFixture) -> None:
     m, join = _rejoined(STATIC)

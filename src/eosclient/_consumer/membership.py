@@ -130,6 +130,7 @@ class Membership:
         self._same_generation = False  # the last JoinGroup answer kept the generation we were in
         # (after the coordinator asked for a rebalance: see _reform)
         self._asked = False  # REBALANCE_IN_PROGRESS since the last JoinGroup answer
+        self._held = False  # a stopped static member's join as new waits for the application
         self._own_share: bytes | None = None  # what this leader assigned itself (to check)
         self._joined: Any = None  # the leader's JoinGroup answer, kept while it assigns
         self._protocol = ""
@@ -169,6 +170,18 @@ class Membership:
         if self.state is not State.FAILED:
             self._transition(Input.CALL_LEAVE, now)
 
+    @property
+    def held(self) -> bool:
+        """Whether the next JoinGroup waits for :meth:`confirmed` (see :meth:`_check_stopped`)."""
+        return self._held and self.state is State.JOINING
+
+    def confirmed(self, now: float) -> None:
+        """The application has run its ``on_lost`` after a stop (a processor proved with its
+        producer that it was not replaced): the held JoinGroup may go."""
+        if self._held:
+            self._held = False
+            self._step_at = min(self._step_at, now)
+
     def has_generation(self) -> bool:
         """Whether commits can carry a live generation (STABLE, or REVOKING before rejoin)."""
         return self.generation >= 0 and self.state in (State.STABLE, State.REVOKING)
@@ -191,7 +204,7 @@ class Membership:
         self._check_stopped(now)
         self._check_timers(now, counts)
         if self.state is State.JOINING and not self._waiting and now >= self._step_at \
-                and self.lookup.node is not None:
+                and self.lookup.node is not None and not self.held:
             self._send_join()
         elif self.state is State.SYNCING and not self._waiting and self._joined is not None:
             self._send_sync(counts)
@@ -531,6 +544,13 @@ class Membership:
             self.generation = -1
             self.lookup.lost(now)
             self._transition(Input.TIMER_EXPIRED, now)
+            # A static member with no member id (an UNKNOWN_MEMBER_ID just before the stop)
+            # would join as new, and a JoinGroup with no member id and the instance id takes
+            # the instance over from whoever holds it (KIP-345): the live replacement, if this
+            # process is a zombie (nemesis noida-db seed 14: the replacement died). So the
+            # join waits until the application has run on_lost (:meth:`confirmed`), where a
+            # processor proves with its producer's epoch that it was not replaced.
+            self._held = self.settings.group_instance_id is not None and not self.member_id
 
     def _check_timers(self, now: float, counts: Counts) -> None:
         if self.generation < 0 or self.state not in (State.ASSIGNING, State.STABLE):

@@ -417,12 +417,14 @@ class AsyncReadCommittedConsumer:
         step = group.start_step(sync._loop, sync._assignment)
         if step is None:
             return
+        completed = False
         try:
             callback = step_callback(step, self._on_assign, self._on_revoke, self._on_lost)
             if callback is not None:
                 await _call(callback, step.partitions)
+            completed = True
         finally:
-            group.finish_step(sync._loop, sync._assignment, step)
+            group.finish_step(sync._loop, sync._assignment, step, completed=completed)
             if step.revoking:
                 self._buffered.clear()
 
