@@ -2,7 +2,7 @@
 
 ``df.writeStream.format("eosclient-kafka")`` (:class:`StreamWriter`) and
 ``df.write.format("eosclient-kafka")`` (:class:`BatchWriter`). Each task of a batch writes its
-rows (Arrow record batches, converted column by column) in a
+rows (Arrow record batches, converted column by column: :func:`~._rows.arrow_chunks`) in a
 transaction of its own transactional id, ``<sinkId>-w<partition>``, and returns a
 :class:`~._driver.TaskCommit` with the flushed transaction *still open*
 (:meth:`~eosclient.TransactionalProducer.prepare_transaction`). The driver ends them all in
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,7 +45,7 @@ from eosclient.errors import ConfigError
 from eosclient.producer import TransactionalProducer
 from eosclient.spark import _driver, _gate
 from eosclient.spark._decisions import Records, transactional_id
-from eosclient.spark._rows import Layout, chunks, layout_of
+from eosclient.spark._rows import Layout, arrow_chunks, layout_of
 from eosclient.spark._task import write_chunks
 
 __all__ = ["BatchWriter", "StreamWriter", "WriterPlan"]
@@ -190,8 +190,8 @@ class _Writing:
                     continue
                 if producer is None:
                     producer = _open(plan, task)
-                rows = _rows_of(record_batch, plan.layout)
-                count += write_chunks(producer, chunks(rows, plan.layout, plan.chunk_size))
+                count += write_chunks(producer, arrow_chunks(record_batch, plan.layout,
+                                                             plan.chunk_size))
             if producer is None:  # no rows; a retry still fences an earlier attempt, whose
                 if context is not None and context.attemptNumber() > 0:  # open transaction
                     _open(plan, task, begin=False).close(plan.timeout)  # holds the LSO back
@@ -298,16 +298,6 @@ def _open(plan: WriterPlan, task: int, *, begin: bool = True) -> TransactionalPr
         producer.close(plan.timeout)
         raise
     return producer
-
-
-def _rows_of(record_batch: Any, layout: Layout) -> Iterable[Sequence[Any]]:
-    """An Arrow record batch as rows of the layout's columns (converted a column at a time)."""
-    columns = [record_batch.column(name).to_pylist() for name in layout.columns]
-    if "headers" in layout.columns:
-        at = layout.columns.index("headers")
-        columns[at] = [None if hs is None else [(h["key"], h["value"]) for h in hs]
-                       for hs in columns[at]]
-    return zip(*columns, strict=True)
 
 
 def _setting(key: str, value: str) -> object:
