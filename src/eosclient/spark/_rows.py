@@ -149,10 +149,10 @@ def _bytes_column(column: Any) -> list[bytes | None]:
 
 @dataclass(frozen=True, slots=True)
 class Prepare:
-    """Rows to placed chunks, run by Spark on the executors (atomic mode), so the driver gets
-    chunks of bytes instead of rows: with a sink topic of ``partitions`` partitions, keyed
-    records are given their partition there (murmur2, as the producer would), so the driver
-    only encodes and sends."""
+    """Rows to placed chunks (atomic mode, on the driver): with a sink topic of ``partitions``
+    partitions, keyed records are given their partition (murmur2, as the producer would) among
+    the partitions the transaction pre-registered. A malformed row becomes a chunk carrying
+    its error, which :func:`eosclient.spark._task.write_chunks` raises."""
 
     layout: Layout
     size: int
@@ -162,7 +162,7 @@ class Prepare:
         try:
             for chunk in chunks(rows, self.layout, self.size):
                 yield _placed(chunk, self.partitions) if self.partitions else chunk
-        except RecordTypeError as exc:  # Spark would retry the task, then lose the type
+        except RecordTypeError as exc:  # carried as a chunk: the form also survives pickling
             yield Chunk({}, [], 0, str(exc))
 
 
