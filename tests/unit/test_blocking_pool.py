@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from typing import Any
 
@@ -80,3 +81,14 @@ def test_coordinators_are_remembered_until_forgotten() -> None:
 def test_one_pool_per_cluster_per_process() -> None:
     assert blocking.pool_for("a:1") is blocking.pool_for("a:1")
     assert blocking.pool_for("a:1") is not blocking.pool_for("b:1")
+
+
+def test_a_forked_child_starts_with_no_pool() -> None:
+    # A Spark daemon forks its Python workers: sockets the parent pooled are not the child's.
+    parent = blocking.pool_for("fork:1")
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if it got a pool of its own
+        os._exit(0 if blocking.pool_for("fork:1") is not parent else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert blocking.pool_for("fork:1") is parent

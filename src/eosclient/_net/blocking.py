@@ -11,6 +11,7 @@ is then closed (a late response would otherwise be read as the answer to the nex
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 import threading
@@ -230,6 +231,17 @@ class ConnectionPool:
 
 _POOLS: dict[str, ConnectionPool] = {}
 _POOLS_LOCK = threading.Lock()
+
+
+def _forget_pools() -> None:
+    """In a forked child: the parent's idle sockets stay the parent's (two processes writing
+    to one connection would mix their requests); the child starts with no pool."""
+    global _POOLS_LOCK  # noqa: PLW0603 - a lock some parent thread held at fork is unusable
+    _POOLS.clear()
+    _POOLS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pools)
 
 
 def pool_for(bootstrap_servers: str) -> ConnectionPool:
