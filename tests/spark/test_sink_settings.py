@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from pyspark.sql.types import (
@@ -22,7 +23,7 @@ from eosclient._core.partitioner import partition_for
 from eosclient.errors import ConfigError, RecordTypeError
 from eosclient.spark import ExactlyOnceKafkaSink
 from eosclient.spark._ledger import Decision, decide, ledger_group
-from eosclient.spark._rows import Prepare, chunks, layout_of
+from eosclient.spark._rows import Prepare, arrow_chunks, chunks, layout_of
 
 pytestmark = pytest.mark.spark
 
@@ -138,6 +139,41 @@ def test_a_null_topic_without_a_sink_topic_is_refused() -> None:
     layout = layout_of(schema(value=StringType(), topic=StringType()), None)
     with pytest.raises(RecordTypeError, match="null topic"):
         next(chunks([("v", None)], layout, 10))
+
+
+@pytest.mark.parametrize("value_type", [StringType(), BinaryType()])
+@pytest.mark.parametrize("key_type", [None, StringType(), BinaryType()])
+def test_arrow_columns_become_the_chunks_rows_would(value_type: Any, key_type: Any) -> None:
+    pa = pytest.importorskip("pyarrow")
+    fields = {"value": value_type} | ({"key": key_type} if key_type is not None else {})
+    layout = layout_of(schema(**fields), "out")
+    values, keys = ["é", None, "v", "w", "x"], ["k", "k2", None, "k", "é"]
+
+    def column(items: list[str | None], kind: Any) -> Any:
+        if isinstance(kind, BinaryType):
+            return pa.array([None if i is None else i.encode() for i in items], pa.binary())
+        return pa.array(items, pa.string())
+
+    arrays = [column(values, value_type)] + (
+        [column(keys, key_type)] if key_type is not None else [])
+    batch = pa.record_batch(arrays, names=list(layout.columns))
+    rows = list(zip(*(a.to_pylist() for a in arrays), strict=True))
+    expected = [(c.groups, c.singles, c.rows) for c in chunks(rows, layout, 2)]
+    assert [(c.groups, c.singles, c.rows) for c in arrow_chunks(batch, layout, 2)] == expected
+
+
+def test_other_arrow_layouts_go_row_by_row() -> None:
+    pa = pytest.importorskip("pyarrow")
+    layout = layout_of(schema(value=BinaryType(), topic=StringType(),
+                              partition=IntegerType(), headers=HEADERS), None)
+    batch = pa.record_batch(
+        [pa.array([b"1", b"3"]), pa.array(["a", "a"]), pa.array([0, 0], pa.int32()),
+         pa.array([None, [{"key": "h", "value": b"x"}]],
+                  pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))],
+        names=list(layout.columns))
+    [chunk] = arrow_chunks(batch, layout, 10)
+    assert chunk.groups == {("a", 0): ([None], [b"1"])}
+    assert chunk.singles == [("a", 0, None, b"3", [("h", b"x")])]
 
 
 # -- the ledger -------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from eosclient._core import _txn_wire as wire
 from eosclient._core.prepared import CheckPrepared, EndPrepared, PreparedTransaction, Step
 from eosclient._core.types import TopicPartition
 from eosclient.errors import FatalError, FencedError, KafkaConnectionError
@@ -124,3 +125,14 @@ def test_check_asks_add_partitions_under_the_prepared_identity(code: int, live: 
     assert check.done
     assert (check.error is None) == live
     assert live or isinstance(check.error, FencedError)
+
+
+def test_a_coordinator_known_from_an_earlier_call_skips_the_lookup() -> None:
+    node = wire.Node(1, "127.0.0.1", 9001)
+    ending = EndPrepared(PREPARED, commit=False, coordinator=node)
+    step, end = ending.next_request(0.0) or (None, None)
+    assert step is Step.END and end.committed is False
+    ending.on_response(answered(16), 0.0)  # NOT_COORDINATOR: it moved, look it up again
+    assert ending.coordinator is None
+    step, _ = ending.next_request(1.0) or (None, None)
+    assert step is Step.FIND

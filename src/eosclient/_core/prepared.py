@@ -82,12 +82,13 @@ class EndPrepared:
     """
 
     def __init__(self, prepared: PreparedTransaction, *, commit: bool,
-                 backoff: float = 0.02, backoff_max: float = 1.0) -> None:
+                 backoff: float = 0.02, backoff_max: float = 1.0,
+                 coordinator: wire.Node | None = None) -> None:
         self.prepared = prepared
         self.commit = commit
         self.done = False
         self.error: EosError | None = None
-        self.coordinator: wire.Node | None = None
+        self.coordinator = coordinator  # known already (an earlier call found it), or looked up
         self.attempts = 0
         self._backoff, self._backoff_max = backoff, backoff_max
         self._not_before = 0.0
@@ -164,8 +165,10 @@ class CheckPrepared(EndPrepared):
     error if so, a FencedError if another instance initialised its id since."""
 
     def __init__(self, prepared: PreparedTransaction, partition: TopicPartition, *,
-                 backoff: float = 0.02, backoff_max: float = 1.0) -> None:
-        super().__init__(prepared, commit=False, backoff=backoff, backoff_max=backoff_max)
+                 backoff: float = 0.02, backoff_max: float = 1.0,
+                 coordinator: wire.Node | None = None) -> None:
+        super().__init__(prepared, commit=False, backoff=backoff, backoff_max=backoff_max,
+                         coordinator=coordinator)
         self.partition = partition
 
     def _request(self) -> Any:

@@ -1,14 +1,20 @@
 """A blocking, one-request-at-a-time Kafka connection with deadlines.
 
 For tools and tests that talk to one broker directly: broker readiness probes, the proxy's
-tests, administrative one-offs. The producer and consumer use the pipelined event loop instead.
+tests, administrative one-offs, the Spark writer's driver. The producer and consumer use the
+pipelined event loop instead. A :class:`ConnectionPool` keeps idle connections (and the
+coordinators found through them) for later calls of the same process, so a process that asks
+a few questions per Spark batch does not connect and negotiate versions each time.
 Every call takes a timeout; a deadline that passes raises `KafkaTimeoutError`, and the connection
 is then closed (a late response would otherwise be read as the answer to the next request).
 """
 
 from __future__ import annotations
 
+import os
+import select
 import socket
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -99,6 +105,17 @@ class BlockingConnection:
         """Whether the connection has been closed."""
         return self._sock is None
 
+    def idle_ok(self) -> bool:
+        """Whether an idle connection may carry a request: open, and nothing to read (an idle
+        connection is readable only once the broker closed it, or it sent what was not asked)."""
+        if self._sock is None:
+            return False
+        try:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable
+
     def _handshake(self, deadline: float) -> None:
         self._write(self.protocol.handshake(), deadline)
         reply = self._read_reply(deadline)
@@ -149,6 +166,91 @@ class BlockingConnection:
 
     def _peer(self) -> str:
         return f"{self.address[0]}:{self.address[1]}"
+
+
+class ConnectionPool:
+    """Idle :class:`BlockingConnection` s by address, and coordinators found, for reuse by
+    later calls of this process (thread-safe: a connection is held by one caller at a time).
+
+    ``take`` gives an idle connection to the address that still looks usable (or a new one),
+    ``give`` returns it; a connection idle longer than ``max_idle`` seconds is closed instead
+    of reused (brokers close idle connections, ``connections.max.idle.ms``). Coordinators are
+    kept by ``(kind, key)``; a caller that finds one moved (NOT_COORDINATOR, a cut connection)
+    looks it up again and :meth:`remember` s the new one, or :meth:`forget` s it.
+    """
+
+    def __init__(self, *, max_idle: float = 60.0) -> None:
+        self.max_idle = max_idle
+        self._idle: dict[tuple[str, int], list[tuple[BlockingConnection, float]]] = {}
+        self._coordinators: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    def take(self, address: tuple[str, int], *, timeout: float) -> BlockingConnection:
+        """An open connection to ``address``, idle or new.
+
+        Raises:
+            KafkaConnectionError, KafkaTimeoutError: a new connection could not be made.
+        """
+        now = time.monotonic()
+        while True:
+            with self._lock:
+                idle = self._idle.get(address)
+                conn, since = idle.pop() if idle else (None, 0.0)
+            if conn is None:
+                return BlockingConnection(*address, timeout=timeout)
+            if now - since < self.max_idle and conn.idle_ok():
+                return conn
+            conn.close()
+
+    def give(self, conn: BlockingConnection) -> None:
+        """Keep ``conn`` for reuse (a closed one is dropped)."""
+        if conn.closed:
+            return
+        with self._lock:
+            self._idle.setdefault(conn.address, []).append((conn, time.monotonic()))
+
+    def coordinator(self, kind: str, key: str) -> Any:
+        """The coordinator last found for ``key`` (``kind``: "group" or "transaction"), or None."""
+        return self._coordinators.get((kind, key))
+
+    def remember(self, kind: str, key: str, node: Any) -> None:
+        self._coordinators[(kind, key)] = node
+
+    def forget(self, kind: str, key: str) -> None:
+        self._coordinators.pop((kind, key), None)
+
+    def close(self) -> None:
+        """Close every idle connection and forget every coordinator."""
+        with self._lock:
+            idle, self._idle = self._idle, {}
+            self._coordinators.clear()
+        for conns in idle.values():
+            for conn, _ in conns:
+                conn.close()
+
+
+_POOLS: dict[str, ConnectionPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _forget_pools() -> None:
+    """In a forked child: the parent's idle sockets stay the parent's (two processes writing
+    to one connection would mix their requests); the child starts with no pool."""
+    global _POOLS_LOCK  # noqa: PLW0603 - a lock some parent thread held at fork is unusable
+    _POOLS.clear()
+    _POOLS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pools)
+
+
+def pool_for(bootstrap_servers: str) -> ConnectionPool:
+    """This process's pool for the cluster ``bootstrap_servers`` names (made on first use)."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(bootstrap_servers)
+        if pool is None:
+            pool = _POOLS[bootstrap_servers] = ConnectionPool()
+        return pool
 
 
 def _remaining(deadline: float) -> float:

@@ -170,18 +170,28 @@ class Router:
             return self._spread(topic, values, headers)
         first = self.target(topic, None, keys[0])
         count = self._metadata.partition_count(topic) or first.partition + 1
-        runs: dict[TopicPartition, tuple[list[bytes | None], list[bytes | None],
-                                         list[list[Header]]]] = {}
         choose = self._acc.choose_partition
-        for i, (key, value) in enumerate(zip(keys, values, strict=True)):
-            ks, vals, hs = runs.setdefault(TopicPartition(topic, choose(topic, key, count)),
-                                           ([], [], []))
+        if headers is None:  # the hot path: one partition number per record, nothing more
+            runs: dict[int, tuple[list[bytes | None], list[bytes | None]]] = {}
+            for key, value in zip(keys, values, strict=True):
+                number = choose(topic, key, count)
+                run = runs.get(number)
+                if run is None:
+                    runs[number] = ([key], [value])
+                else:
+                    run[0].append(key)
+                    run[1].append(value)
+            tps = self._remember(topic, count)
+            return [(tps[number], ks, vals, None) for number, (ks, vals) in runs.items()]
+        with_headers: dict[int, tuple[list[bytes | None], list[bytes | None],
+                                      list[list[Header]]]] = {}
+        for key, value, header in zip(keys, values, headers, strict=True):
+            ks, vals, hs = with_headers.setdefault(choose(topic, key, count), ([], [], []))
             ks.append(key)
             vals.append(value)
-            if headers is not None:
-                hs.append(headers[i])
-        return [(tp, ks, vals, hs if headers is not None else None)
-                for tp, (ks, vals, hs) in runs.items()]
+            hs.append(header)
+        return [(TopicPartition(topic, number), ks, vals, hs)
+                for number, (ks, vals, hs) in with_headers.items()]
 
     def _spread(self, topic: str, values: list[bytes | None],
                 headers: list[list[Header]] | None) -> Groups:

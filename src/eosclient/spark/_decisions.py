@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from eosclient._consumer import protocol
 from eosclient._core.prepared import PreparedTransaction
 from eosclient._core.types import TopicPartition
-from eosclient._net.blocking import BlockingConnection
+from eosclient._net.blocking import BlockingConnection, pool_for
 from eosclient.errors import (
     ApiKey,
     ConfigError,
@@ -48,6 +48,7 @@ T = TypeVar("T")
 _TASK_BITS = 20
 _EPOCH_BITS = 16
 MAX_TASKS = 1 << _TASK_BITS
+_GROUP = "group"  # the pool's kind of coordinator
 
 
 def transactional_id(sink_id: str, task: int) -> str:
@@ -88,7 +89,9 @@ def decode_entry(sink_id: str, task: int | None, value: int | None,
 
 
 class Records:
-    """Read and write one sink's decision records (blocking; one connection per coordinator).
+    """Read and write one sink's decision records (blocking; one connection per coordinator,
+    taken from this process's pool for the cluster and given back at :meth:`close`, so the
+    driver's reused Python workers do not connect anew each batch).
 
     Args:
         bootstrap_servers: The cluster.
@@ -100,9 +103,9 @@ class Records:
     def __init__(self, bootstrap_servers: str, sink_id: str, anchor: TopicPartition,
                  timeout: float) -> None:
         self.sink_id, self.anchor, self.timeout = sink_id, anchor, timeout
+        self.pool = pool_for(bootstrap_servers)
         self._brokers = [_address(s) for s in bootstrap_servers.split(",") if s.strip()]
         self._connections: dict[tuple[str, int], BlockingConnection] = {}
-        self._coordinators: dict[str, tuple[str, int]] = {}
 
     def group(self, suffix: str) -> str:
         return f"{self.sink_id}.eosclient-ds.{suffix}"
@@ -155,8 +158,9 @@ class Records:
         self._commit(self.group("done"), batch + 1)
 
     def close(self) -> None:
+        """Give the connections back to the pool."""
         for conn in self._connections.values():
-            conn.close()
+            self.pool.give(conn)
         self._connections.clear()
 
     # -- the conversation -----------------------------------------------------------------------
@@ -190,7 +194,7 @@ class Records:
                 return read(response)
             except RetriableError as exc:
                 last = exc
-                self._coordinators.pop(group, None)
+                self.pool.forget(_GROUP, group)
             if time.monotonic() + delay >= deadline:
                 raise KafkaTimeoutError(f"group {group!r}: no answer within {self.timeout:g} s "
                                         f"(last: {last!r})") from last
@@ -198,7 +202,7 @@ class Records:
             delay = min(delay * 2, 1.0)
 
     def _coordinator(self, group: str, deadline: float) -> tuple[str, int]:
-        found = self._coordinators.get(group)
+        found: tuple[str, int] | None = self.pool.coordinator(_GROUP, group)
         if found is not None:
             return found
         conn = self._connection(self._brokers[0], deadline)
@@ -206,14 +210,15 @@ class Records:
             conn.request(protocol.find_coordinator(group), timeout=_left(deadline)))
         if code or node is None:
             raise error_for(ApiKey.FIND_COORDINATOR, code, message)
-        found = self._coordinators[group] = (node.host, node.port)
+        found = (node.host, node.port)
+        self.pool.remember(_GROUP, group, found)
         return found
 
     def _connection(self, address: tuple[str, int], deadline: float) -> BlockingConnection:
         conn = self._connections.get(address)
         if conn is None or conn.closed:
             try:
-                conn = BlockingConnection(*address, timeout=_left(deadline))
+                conn = self.pool.take(address, timeout=_left(deadline))
             except KafkaConnectionError:
                 self._brokers.append(self._brokers.pop(0))  # try the next one next time
                 raise

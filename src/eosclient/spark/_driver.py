@@ -14,7 +14,7 @@ Each task of batch ``b`` writes its rows in a transaction of its own transaction
    initialising its id again), then mark it done;
 2. skips a **replay**: ``b`` at or before the last done batch committed before (Spark re-runs
    the last batch whose end it had not recorded): its fresh transactions are aborted;
-3. checks that every transaction is still live (``check_prepared``: a zombie attempt may have
+3. checks that every transaction is still live (``check_pooled``: a zombie attempt may have
    handed over a transaction that a later attempt's initialisation aborted), and that the
    gate the tasks were planned behind is the one still open; if not, aborts them all and
    fails the batch (Spark replays it);
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import WriterCommitMessage
 
 from eosclient._core.prepared import PreparedTransaction
-from eosclient._producer.prepared import check_prepared, end_prepared
+from eosclient._producer.prepared import check_pooled, end_pooled
 from eosclient.errors import AbortableError, ConfigError, FencedError
 from eosclient.spark import _gate
 from eosclient.spark._decisions import Decision, Records
@@ -112,8 +112,8 @@ def recover(records: Records, bootstrap_servers: str,
     if decision is not None and (done is None or decision.batch > done):
         log.warning("sink %s: batch %d was decided but not finished; committing its %d "
                     "transactions", records.sink_id, decision.batch, _count(decision))
-        end_prepared(bootstrap_servers, _transactions(decision.transactions), commit=True,
-                     timeout=records.timeout)
+        end_pooled(records.pool, bootstrap_servers, _transactions(decision.transactions),
+                   commit=True, timeout=records.timeout)
         _gate.reset(records, bootstrap_servers, producer_config)
         records.mark_done(decision.batch)
         done = decision.batch
@@ -122,9 +122,12 @@ def recover(records: Records, bootstrap_servers: str,
 
 def commit(records: Records, bootstrap_servers: str, messages: Sequence[TaskCommit | None],
            batch: int, *, gate: Gate | None, producer_config: dict[str, object],
-           crash: str | None = None) -> bool:
+           crash: str | None = None, recovered: tuple[int | None] | None = None) -> bool:
     """Commit batch ``batch`` all or nothing, and release ``gate`` (the open one, which the
     tasks were planned behind); False when it was a replay (aborted instead).
+
+    ``recovered``: ``(done,)`` when this process ran :func:`recover` just before, with nothing
+    of the sink's written since (a stream writer made to commit); else it recovers first.
 
     Raises:
         ConfigError: the sink committed a later batch (a new checkpoint under an old sink id);
@@ -132,10 +135,11 @@ def commit(records: Records, bootstrap_servers: str, messages: Sequence[TaskComm
         EosError: Kafka failed; the batch is decided or not, and the next driver finishes or
             replays it.
     """
-    done = recover(records, bootstrap_servers, producer_config)
+    done = recover(records, bootstrap_servers, producer_config) if recovered is None \
+        else recovered[0]
     prepared = _by_task(messages)
     if done is not None and batch <= done:
-        abort_all(bootstrap_servers, prepared, records.timeout)
+        abort_all(records, bootstrap_servers, prepared)
         _release(records, bootstrap_servers, gate)
         if batch < done:
             raise ConfigError(
@@ -147,9 +151,10 @@ def commit(records: Records, bootstrap_servers: str, messages: Sequence[TaskComm
         return False
     live = _transactions(prepared)
     try:  # a zombie attempt's stale hand-over must never be decided
-        check_prepared(bootstrap_servers, live, records.anchor, timeout=records.timeout)
+        check_pooled(records.pool, bootstrap_servers, live, records.anchor,
+                     timeout=records.timeout)
     except FencedError as exc:
-        abort_all(bootstrap_servers, prepared, records.timeout)
+        abort_all(records, bootstrap_servers, prepared)
         _release(records, bootstrap_servers, gate)
         raise AbortableError(
             f"batch {batch}: a task's transaction was aborted after its hand-over, by a later "
@@ -157,7 +162,7 @@ def commit(records: Records, bootstrap_servers: str, messages: Sequence[TaskComm
             f"transactions are aborted, and Spark replays it") from exc
     stale = _stale_gates(messages, gate)
     if stale:  # a task wrote behind a gate that is gone: the batch would show in parts
-        abort_all(bootstrap_servers, prepared, records.timeout)
+        abort_all(records, bootstrap_servers, prepared)
         _release(records, bootstrap_servers, gate)
         raise AbortableError(
             f"batch {batch}: {stale} task(s) wrote behind a gate that is no longer the open one "
@@ -167,7 +172,8 @@ def commit(records: Records, bootstrap_servers: str, messages: Sequence[TaskComm
     records.decide(Decision(batch, prepared))
     crash_point(crash, "after_decision", batch)
     for i, item in enumerate(live):
-        end_prepared(bootstrap_servers, [item], commit=True, timeout=records.timeout)
+        end_pooled(records.pool, bootstrap_servers, [item], commit=True,
+                   timeout=records.timeout)
         if i == 0:
             crash_point(crash, "mid_commit", batch)
     crash_point(crash, "after_commit", batch)
@@ -196,17 +202,18 @@ def abort(records: Records, bootstrap_servers: str, messages: Sequence[TaskCommi
         recover(records, bootstrap_servers, producer_config)
         decided = set(_transactions(decision.transactions))
     _release(records, bootstrap_servers, gate)  # first: nothing undecided is behind it, and
-    abort_all(bootstrap_servers, [p for p in _by_task(messages) if p not in decided],
-              records.timeout)  # Tansu's LSO sticks after aborts under an open older one
+    abort_all(records, bootstrap_servers,  # Tansu's LSO sticks after aborts under an open
+              [p for p in _by_task(messages) if p not in decided])  # older one
 
 
-def abort_all(bootstrap_servers: str, prepared: Sequence[PreparedTransaction | None],
-              timeout: float) -> None:
+def abort_all(records: Records, bootstrap_servers: str,
+              prepared: Sequence[PreparedTransaction | None]) -> None:
     """Abort each transaction; one that a later initialisation of its id fenced was aborted by
     that initialisation already."""
     for item in _transactions(prepared):
         try:
-            end_prepared(bootstrap_servers, [item], commit=False, timeout=timeout)
+            end_pooled(records.pool, bootstrap_servers, [item], commit=False,
+                       timeout=records.timeout)
         except FencedError:
             log.info("%s epoch %d: aborted already, by a later initialisation of the id",
                      item.transactional_id, item.epoch)

@@ -13,7 +13,7 @@ EndTxn, after which the LSO of each partition moves past the whole batch.
 When: Spark makes the writer on the driver twice per batch, in two processes: once to plan
 the batch (that writer is pickled and shipped to the tasks) and once to commit or abort it.
 The gate is opened when the writer is pickled for the tasks
-(``eosclient.spark._writer.WriterPlan.with_new_gate``), which only the planning process does
+(``eosclient.spark._writer.WriterPlan.for_tasks``), which only the planning process does
 (once per writer); the committing process
 reads which gate is open from the sink's records (group ``gate``, beside the decision:
 :class:`~._decisions.Records`). The record is set to 0 before anything that may end the gate it
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from eosclient._core.prepared import PreparedTransaction
 from eosclient._core.types import TopicPartition
-from eosclient._producer.prepared import end_prepared
+from eosclient._producer.prepared import end_pooled
 from eosclient.errors import FencedError
 from eosclient.producer import TransactionalProducer
 from eosclient.spark._decisions import Records, gate_id
@@ -97,7 +97,8 @@ def release(records: Records, bootstrap_servers: str, gate: Gate) -> None:
         return
     records.record_gate(None)
     try:
-        end_prepared(bootstrap_servers, [gate.prepared], commit=False, timeout=records.timeout)
+        end_pooled(records.pool, bootstrap_servers, [gate.prepared], commit=False,
+                   timeout=records.timeout)
     except FencedError:  # its id was initialised since, which aborted it already
         log.info("sink %s: the gate was aborted already", records.sink_id)
 

@@ -39,7 +39,7 @@ from pyspark.sql.types import (
 from eosclient._core.partitioner import partition_for
 from eosclient.errors import RecordTypeError
 
-__all__ = ["Chunk", "Layout", "Prepare", "chunks", "layout_of"]
+__all__ = ["Chunk", "Layout", "Prepare", "arrow_chunks", "chunks", "layout_of"]
 
 _TEXT_OR_BYTES = (StringType, BinaryType)
 Header = tuple[str, bytes | None]
@@ -108,12 +108,51 @@ def chunks(rows: Iterable[Sequence[Any]], layout: Layout, size: int) -> Iterator
         yield convert(block)
 
 
+def arrow_chunks(record_batch: Any, layout: Layout, size: int) -> Iterator[Chunk]:
+    """An Arrow record batch's rows (the data source writer's input), ``size`` at a time, as
+    :func:`chunks` converts them.
+
+    In the common layout (the sink's topic; ``value`` and perhaps ``key``) each column
+    becomes bytes in Arrow (a string column is cast to binary: its UTF-8 bytes as they are)
+    and is sliced, with no Python work per row; other layouts go row by row.
+
+    Raises:
+        RecordTypeError: as :func:`chunks`.
+    """
+    if layout.topic is not None and set(layout.columns) <= {"value", "key"}:
+        values = _bytes_column(record_batch.column("value"))
+        keys: list[bytes | None] = _bytes_column(record_batch.column("key")) \
+            if "key" in layout.columns else [None] * len(values)
+        for start in range(0, len(values), size):
+            block = values[start:start + size]
+            yield Chunk({(layout.topic, None): (keys[start:start + size], block)}, [],
+                        len(block))
+        return
+    columns = [record_batch.column(name).to_pylist() for name in layout.columns]
+    if "headers" in layout.columns:
+        at = layout.columns.index("headers")
+        columns[at] = [None if hs is None else [(h["key"], h["value"]) for h in hs]
+                       for hs in columns[at]]
+    yield from chunks(zip(*columns, strict=True), layout, size)
+
+
+_BINARY_OF = {"string": "binary", "large_string": "large_binary"}  # Arrow type names
+
+
+def _bytes_column(column: Any) -> list[bytes | None]:
+    """A string or binary Arrow array as bytes objects (None for null); by type name, so this
+    module does not import pyarrow (the foreachBatch modes run without it)."""
+    binary = _BINARY_OF.get(str(column.type))
+    result: list[bytes | None] = (column if binary is None else column.cast(binary)).to_pylist()
+    return result
+
+
 @dataclass(frozen=True, slots=True)
 class Prepare:
-    """Rows to placed chunks, run by Spark on the executors (atomic mode), so the driver gets
-    chunks of bytes instead of rows: with a sink topic of ``partitions`` partitions, keyed
-    records are given their partition there (murmur2, as the producer would), so the driver
-    only encodes and sends."""
+    """Rows to placed chunks (atomic mode, on the driver): with a sink topic of ``partitions``
+    partitions, keyed records are given their partition (murmur2, as the producer would) among
+    the partitions the transaction pre-registered. A malformed row becomes a chunk carrying
+    its error, which :func:`eosclient.spark._task.write_chunks` raises."""
 
     layout: Layout
     size: int
@@ -123,7 +162,7 @@ class Prepare:
         try:
             for chunk in chunks(rows, self.layout, self.size):
                 yield _placed(chunk, self.partitions) if self.partitions else chunk
-        except RecordTypeError as exc:  # Spark would retry the task, then lose the type
+        except RecordTypeError as exc:  # carried as a chunk: the form also survives pickling
             yield Chunk({}, [], 0, str(exc))
 
 

@@ -12,11 +12,14 @@ Two modes:
 
 ``atomic`` (the default)
     One transactional.id for the sink (``sink_id``), one transaction per micro-batch, written by
-    the driver. The executors convert the rows to bytes and give keyed records their partition
-    (:class:`~eosclient.spark._rows.Prepare`); the chunks come to the driver partition by
-    partition with ``toLocalIterator()`` (memory bounded by a partition, not by the batch; Spark
-    computes the next partition while the driver sends). A failed task fails the job before any
-    of its output reaches the driver. A micro-batch is all or nothing.
+    the driver. The rows come to the driver partition by partition with the DataFrame's
+    ``toLocalIterator()`` (memory bounded by a partition, not by the batch; Spark computes the
+    next partition while the driver sends); there they are converted to bytes and keyed records
+    given their partition (:class:`~eosclient.spark._rows.Prepare`), then sent. No Python runs
+    on the executors: a pass there (rows into a Python worker, chunks pickled back) cost more
+    than the driver's conversion, which overlaps Spark computing the next partition. A failed
+    task fails the job before any of its output reaches the driver. A micro-batch is all or
+    nothing.
 ``partitioned``
     One transactional.id per Spark partition (``<sink_id>-p<n>``) and one ledger entry each;
     each task writes its partition from its executor in its own transaction. A retried or
@@ -217,10 +220,10 @@ class ExactlyOnceKafkaSink:
         assert producer is not None and ledger is not None  # _start() made them
         spec = self._spec
         count = len(spec.partitions) if spec.partitions else None
-        try:  # rows converted (and placed) on the executors, chunks streamed to the driver
-            rows = df.rdd.mapPartitions(Prepare(layout, spec.chunk_size, count))
-            written = transaction(spec, producer, ledger, batch_id=batch_id,
-                                  rows=rows.toLocalIterator(prefetchPartitions=True))
+        try:  # rows streamed to the driver, converted (and placed) here
+            rows = Prepare(layout, spec.chunk_size, count)(
+                df.toLocalIterator(prefetchPartitions=True))
+            written = transaction(spec, producer, ledger, batch_id=batch_id, rows=rows)
         except BaseException:
             self._drop()  # closing aborts the open transaction; the next batch starts over
             raise

@@ -2,15 +2,14 @@
 
 ``df.writeStream.format("eosclient-kafka")`` (:class:`StreamWriter`) and
 ``df.write.format("eosclient-kafka")`` (:class:`BatchWriter`). Each task of a batch writes its
-rows (Arrow record batches, converted column by column) in a transaction of its own
-transactional id, ``<sinkId>-w<partition>``, and returns a :class:`~._driver.TaskCommit` with
-the flushed transaction *still open* (:meth:`~eosclient.TransactionalProducer.prepare_transaction`).
-The driver ends them all in one decision (:mod:`eosclient.spark._driver`). With a ``topic``
-option, the tasks write behind a gate (:mod:`eosclient.spark._gate`) that the driver opens
-when it ships the writer to them, and releases after ending them: readers see the batch at
-once.
-A retried or
-speculative attempt of a task initialises the same transactional id, which fences the earlier
+rows (Arrow record batches, converted column by column: :func:`~._rows.arrow_chunks`) in a
+transaction of its own transactional id, ``<sinkId>-w<partition>``, and returns a
+:class:`~._driver.TaskCommit` with the flushed transaction *still open*
+(:meth:`~eosclient.TransactionalProducer.prepare_transaction`). The driver ends them all in
+one decision (:mod:`eosclient.spark._driver`). With a ``topic`` option, the tasks write behind
+a gate (:mod:`eosclient.spark._gate`) that the driver opens when it ships the writer to them,
+and releases after ending them: readers see the batch at once. A retried or speculative
+attempt of a task initialises the same transactional id, which fences the earlier
 attempt and aborts its transaction.
 
 Options: ``bootstrap.servers`` (required), ``sinkId`` (required; one per query),
@@ -27,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -46,7 +45,7 @@ from eosclient.errors import ConfigError
 from eosclient.producer import TransactionalProducer
 from eosclient.spark import _driver, _gate
 from eosclient.spark._decisions import Records, transactional_id
-from eosclient.spark._rows import Layout, chunks, layout_of
+from eosclient.spark._rows import Layout, arrow_chunks, layout_of
 from eosclient.spark._task import write_chunks
 
 __all__ = ["BatchWriter", "StreamWriter", "WriterPlan"]
@@ -65,7 +64,7 @@ class WriterPlan:
     sink_id: str
     topic: str | None
     anchor: TopicPartition
-    partitions: tuple[TopicPartition, ...] | None
+    partitions: tuple[TopicPartition, ...] | None  # counted when shipped to the tasks
     layout: Layout
     producer_config: dict[str, object]
     timeout: float
@@ -108,8 +107,6 @@ class WriterPlan:
         build(ProducerConfig, {"bootstrap_servers": servers, "transactional_id": sink_id},
               producer_config)  # every key checked now, on the driver
         layout = layout_of(schema, topic)
-        partitions = None if topic is None else tuple(
-            TopicPartition(topic, p) for p in range(partition_count(servers, topic, timeout)))
         anchor = TopicPartition(anchor_topic, 0)
         gate_option = (get("gate") or "on").lower()
         if gate_option not in {"on", "off"}:
@@ -127,29 +124,35 @@ class WriterPlan:
         batch_id = get("batchId")
         if batch_id is not None and not (batch_id.isdigit() and int(batch_id) < 1 << 40):
             raise ConfigError(f"must be an int >= 0, got {batch_id!r}", key="batchId")
-        return cls(servers, sink_id, topic, anchor, partitions, layout, producer_config,
+        return cls(servers, sink_id, topic, anchor, None, layout, producer_config,
                    timeout, chunk_size, done, get("testing.crashAt"),
                    None if batch_id is None else int(batch_id), gate, gated)
 
     def records(self) -> Records:
         return Records(self.bootstrap_servers, self.sink_id, self.anchor, self.timeout)
 
-    def with_new_gate(self) -> WriterPlan:
-        """This plan behind a gate opened now (replacing any open one), or as it is when the
-        writer writes without a gate.
+    def for_tasks(self) -> WriterPlan:
+        """This plan as its tasks get it: the topic's partitions counted now (a topic that
+        grew is picked up at the next batch's planning), behind a gate opened now in front of
+        them (replacing any open one) unless the writer writes without a gate. Only planning
+        needs them: the process that commits never counts.
 
         Raises:
-            EosError: Kafka failed; no gate is open.
+            EosError: Kafka failed (the topic does not exist, say); no gate is open.
         """
-        if not self.gated or self.partitions is None:
+        if self.topic is None:
             return self
-        records = self.records()
+        plan = replace(self, partitions=tuple(TopicPartition(self.topic, p) for p in range(
+            partition_count(self.bootstrap_servers, self.topic, self.timeout))))
+        if not plan.gated:
+            return plan
+        records = plan.records()
         try:
-            gate = _gate.open_gate(records, self.bootstrap_servers, self.partitions,
-                                   self.producer_config)
+            gate = _gate.open_gate(records, plan.bootstrap_servers, plan.partitions or (),
+                                   plan.producer_config)
         finally:
             records.close()
-        return replace(self, gate=gate)
+        return replace(plan, gate=gate)
 
 
 class _Writing:
@@ -158,15 +161,17 @@ class _Writing:
     Pickling a writer opens the gate its tasks write behind (:mod:`eosclient.spark._gate`),
     once per writer: PySpark pickles the writer it made on the driver to plan a batch (twice:
     in the tasks' function and alone), and never the one it makes to commit (which reads the
-    open gate from the sink's records)."""
+    open gate from the sink's records). A writer made in this process (not unpickled) has
+    recovered the sink just now: its commit need not recover again."""
 
     plan: WriterPlan
     _shipped: bool = False
+    _made_here: bool = False  # True only in the process that made the writer (not pickled)
 
     def __getstate__(self) -> dict[str, Any]:
         if not self._shipped:
-            self.plan, self._shipped = self.plan.with_new_gate(), True
-        return {k: v for k, v in self.__dict__.items() if k != "_shipped"}
+            self.plan, self._shipped = self.plan.for_tasks(), True
+        return {k: v for k, v in self.__dict__.items() if k not in ("_shipped", "_made_here")}
 
     def _write(self, batches: Iterator[Any], batch: int | None) -> _driver.TaskCommit:
         """One task (on an executor): write its rows, flush, hand the transaction over."""
@@ -185,8 +190,8 @@ class _Writing:
                     continue
                 if producer is None:
                     producer = _open(plan, task)
-                rows = _rows_of(record_batch, plan.layout)
-                count += write_chunks(producer, chunks(rows, plan.layout, plan.chunk_size))
+                count += write_chunks(producer, arrow_chunks(record_batch, plan.layout,
+                                                             plan.chunk_size))
             if producer is None:  # no rows; a retry still fences an earlier attempt, whose
                 if context is not None and context.attemptNumber() > 0:  # open transaction
                     _open(plan, task, begin=False).close(plan.timeout)  # holds the LSO back
@@ -204,7 +209,8 @@ class _Writing:
             written = _driver.commit(records, self.plan.bootstrap_servers, messages, batch,
                                      gate=self.plan.gate,
                                      producer_config=self.plan.producer_config,
-                                     crash=self.plan.crash_at)
+                                     crash=self.plan.crash_at,
+                                     recovered=(self.plan.done,) if self._made_here else None)
         finally:
             records.close()
         counted = sum(m.records for m in messages if m is not None)
@@ -224,10 +230,15 @@ class _Writing:
 
 
 class StreamWriter(_Writing, DataSourceStreamArrowWriter):
-    """``writeStream.format("eosclient-kafka")``: one atomic decision per micro-batch."""
+    """``writeStream.format("eosclient-kafka")``: one atomic decision per micro-batch.
+
+    Spark makes one to plan each batch (pickled to the tasks) and another, in another
+    process, to commit it; that one is made just before its commit, so its plan's recovery
+    holds there."""
 
     def __init__(self, plan: WriterPlan) -> None:
         self.plan = plan
+        self._made_here = True
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         context = TaskContext.get()
@@ -287,16 +298,6 @@ def _open(plan: WriterPlan, task: int, *, begin: bool = True) -> TransactionalPr
         producer.close(plan.timeout)
         raise
     return producer
-
-
-def _rows_of(record_batch: Any, layout: Layout) -> Iterable[Sequence[Any]]:
-    """An Arrow record batch as rows of the layout's columns (converted a column at a time)."""
-    columns = [record_batch.column(name).to_pylist() for name in layout.columns]
-    if "headers" in layout.columns:
-        at = layout.columns.index("headers")
-        columns[at] = [None if hs is None else [(h["key"], h["value"]) for h in hs]
-                       for hs in columns[at]]
-    return zip(*columns, strict=True)
 
 
 def _setting(key: str, value: str) -> object:
