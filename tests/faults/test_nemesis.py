@@ -177,6 +177,9 @@ def test_a_short_schedule(broker: RunningBroker, tmp_path: Path) -> None:
     logs = result.report_path.with_suffix(".log").read_text()
     assert logs.count("===== ") == len(result.instances)
     assert " INFO eosclient" in logs  # a stall is read from the workers' generations
+    batches = result.report_path.with_suffix(".batches.txt").read_text().splitlines()
+    assert any(line.endswith(" COMMIT") for line in batches)  # every output batch, one a line
+    assert any(" records from " in line for line in batches)
     _assert_clean(result)
 
 

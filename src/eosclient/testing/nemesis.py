@@ -346,6 +346,9 @@ class NemesisResult:
     events: list[Event] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
     writes: list[Write] = field(default_factory=list)
+    # One line per output batch, partition by partition: offset, producer (slot), epoch, and
+    # the marker or the records (with their input partitions): what a duplicate is read from.
+    batch_lines: list[str] = field(default_factory=list)
     liveness: list[str] = field(default_factory=list)
     report: CheckReport | None = None
     report_path: Path | None = None
@@ -696,20 +699,26 @@ class _Nemesis:
         """Every output batch: when, which slot's producer, which input partitions, and
         whether its transaction committed (the next marker of its producer says)."""
         servers = self.run.broker.bootstrap_servers
+        lines = self.result.batch_lines
         for p in range(self.partitions):
             batches = read_raw_batches(servers, self.run.output_topic, p, timeout=60)
             open_: dict[int, list[tuple[float, dict[int, int]]]] = {}
             sources: dict[int, int]
             for batch in batches:
+                slot = self._producer_ids.get(batch.producer_id, f"pid {batch.producer_id}")
+                head = (f"{self.run.output_topic}/{p}@{batch.base_offset} {slot} "
+                        f"pid {batch.producer_id} epoch {batch.producer_epoch}")
                 if batch.is_control:
                     committed = batch.control_type is ControlType.COMMIT
-                    slot = self._producer_ids.get(batch.producer_id, f"pid {batch.producer_id}")
+                    lines.append(f"{head} {'COMMIT' if committed else 'ABORT'}")
                     for t, sources in open_.pop(batch.producer_id, []):
                         self.result.writes.append(Write(t, slot, sources, committed))
                     continue
                 records = batch.records()
                 if not records:
                     continue
+                first = (dict(records[0].headers).get(SOURCE_HEADER) or b"-").decode()
+                lines.append(f"{head} {len(records)} records from {first}")
                 sources = {}
                 for record in records:
                     src = dict(record.headers).get(SOURCE_HEADER)
@@ -766,6 +775,8 @@ def run_nemesis(broker: RunningBroker, *, seed: int, duration: float = 60.0,
 
         result.report_path = write_report(result, report_dir)
         result.report_path.with_suffix(".log").write_text(_logs(result), encoding="utf-8")
+        result.report_path.with_suffix(".batches.txt").write_text(
+            "".join(line + "\n" for line in result.batch_lines), encoding="utf-8")
     return result
 
 
