@@ -56,14 +56,21 @@ def committed_steps(offsets: Mapping[TopicPartition, int], timeout: float) -> St
             return
         attempt += 1
         wait = _BACKOFF.delay(attempt)
-        shown = ", ".join(f"{tp.topic}/{tp.partition}: {got} (committed {offsets[tp]})"
-                          for tp, got in sorted(behind.items()))
         if time.monotonic() + wait > deadline:
-            raise KafkaTimeoutError(f"committed offsets not applied after {timeout:.1f}s: {shown}")
+            raise KafkaTimeoutError(f"committed offsets not applied after {timeout:.1f}s: "
+                                    f"{_shown(behind, offsets)}")
         if not warned and time.monotonic() - started >= _SLOW:
             warned = True
             log.warning("the group does not show the offsets a committed transaction wrote "
                         "after %.0f s (%s); a broker may apply them late (Tansu: once every "
                         "transaction open earlier on the same partitions has ended); waiting "
-                        "up to %.0f s", time.monotonic() - started, shown, timeout)
+                        "up to %.0f s", time.monotonic() - started, _shown(behind, offsets),
+                        timeout)
         yield Io("front", "sleep", (wait,))
+
+
+def _shown(behind: Mapping[TopicPartition, int | None],
+           offsets: Mapping[TopicPartition, int]) -> str:
+    """What the group shows of the partitions it is behind on, and what was committed."""
+    return ", ".join(f"{tp.topic}/{tp.partition}: {got} (committed {offsets[tp]})"
+                     for tp, got in sorted(behind.items()))
