@@ -57,7 +57,12 @@ poll, so no record is lost and no output is written twice. Before it gives a par
 30 s until the group shows it: the next owner starts from that offset, and a broker may apply a
 transaction's offsets after acknowledging its commit (Tansu 0.6 does, while another transaction
 that wrote earlier to the same output partition is open). For the same reason a rewind after an
-abort never goes back past what this instance committed for a partition it still holds.
+abort never goes back past what this instance committed for a partition it still holds, and
+after every commit the processor commits the same offsets again with a plain OffsetCommit
+(under its generation) before the next transaction begins: Tansu keeps deferred offsets in the
+producer epoch's transaction state and drops them when the next transaction of that epoch is
+aborted, by this instance or by a successor's InitProducerId after a crash. Elsewhere that
+commit writes what the group holds already, for one round trip per transaction.
 
 Partitions can also be taken involuntarily: a process paused (GC, a stopped VM) or stalled past
 its session or poll interval has lost its generation, and the group may already have given its

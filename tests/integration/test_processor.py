@@ -247,11 +247,12 @@ def test_copy_on_tansu_never_goes_back_past_its_own_commits(
         front: Front, tansu_broker: RunningBroker, unique_name: Names) -> None:
     """Tansu applies the processor's offsets only once an earlier open transaction on its
     output partitions ends (test_tansu_quirks.py). Meanwhile a rewind after an abort must not
-    go back to the offsets the group shows (it would copy committed records again), and
-    closing (handing the partitions over) must wait until the group shows them."""
+    go back to the offsets the group shows (it would copy committed records again), and the
+    group must show what was committed before the processor hands its partitions over (the
+    plain commit after each transaction; the hand-over waits for it)."""
     servers = tansu_broker.bootstrap_servers
     source, sink = fill(tansu_broker, unique_name, 150)
-    results: list[object] = []
+    inputs = [TopicPartition(source, p) for p in range(PARTITIONS)]
     with TransactionalProducer(servers, transactional_id=unique_name("other")) as other, \
             KafkaProxy(tansu_broker.host, tansu_broker.port) as proxy:
         other.init_transactions(15)
@@ -268,22 +269,68 @@ def test_copy_on_tansu_never_goes_back_past_its_own_commits(
                            producer_config={"transaction.timeout.ms": 3000},
                            consumer_config={"fetch.max.wait.ms": 100,
                                             "session.timeout.ms": 6000})
-        runner = threading.Thread(target=lambda: results.append(
-            front.run(copier, max_records=150, timeout=90)))
-        runner.start()
-        deadline = time.monotonic() + 90
-        while copier.stats.records_in < 150 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        runner.join(1.5)
-        assert runner.is_alive(), "closed before the group showed its offsets"
-        other.abort_transaction(15)  # ends it: Tansu applies the processor's offsets now
-        runner.join(30)
-    [stats] = results
-    assert rule.fired == 1 and stats.transactions_aborted == 1  # type: ignore[attr-defined]
-    assert stats.records_in == 150  # type: ignore[attr-defined]
-    with ReadCommittedConsumer(servers, group_id=copier.group_id) as reader:
-        committed = reader.committed([TopicPartition(source, p) for p in range(PARTITIONS)], 15)
-    assert sum(offset or 0 for offset in committed.values()) == 150
+        stats = front.run(copier, max_records=150, timeout=90)
+        with ReadCommittedConsumer(servers, group_id=copier.group_id) as reader:
+            shown = reader.committed(inputs, 15)  # the other transaction is still open
+        other.abort_transaction(15)
+    assert rule.fired == 1 and stats.transactions_aborted == 1
+    assert stats.records_in == 150
+    assert sum(offset or 0 for offset in shown.values()) == 150
+    report = check(servers, source, sink)
+    assert report.ok, str(report)
+
+
+@pytest.mark.slow
+def test_offsets_tansu_deferred_survive_the_next_transactions_abort(
+        front: Front, tansu_broker: RunningBroker, unique_name: Names) -> None:
+    """Tansu defers a committed transaction's offsets while another transaction that wrote
+    earlier to its output partition is open, keeps them in the producer epoch's state, and
+    drops them when the same producer's next transaction is aborted (test_tansu_quirks.py).
+    Used to break: the group showed nothing committed and the next instance copied the first
+    transactions' records again. Now the processor commits each committed transaction's
+    offsets once more, plainly, before the next one begins."""
+    servers = tansu_broker.bootstrap_servers
+    source = topics.create_topic(tansu_broker, unique_name("in"), 1)
+    sink = topics.create_topic(tansu_broker, unique_name("out"), 1)
+    group, txn = unique_name("g"), unique_name("t")
+
+    def make(fn: Callable[..., object] | None) -> AnyProcessor:
+        return front.cls(
+            bootstrap_servers=servers, input_topics=[source], output_topic=sink,
+            group_id=group, transactional_id=txn, fn=fn,  # type: ignore[arg-type]
+            max_records_per_transaction=10, commit_interval_ms=30000,
+            consumer_config={"fetch.max.wait.ms": 100, "session.timeout.ms": 6000})
+
+    def write(producer: TransactionalProducer, first: int, last: int) -> None:
+        producer.begin_transaction()
+        producer.send_batch(source, [str(i).encode() for i in range(first, last + 1)])
+        producer.commit_transaction(15)
+
+    with TransactionalProducer(servers, transactional_id=unique_name("fill")) as filler, \
+            TransactionalProducer(servers, transactional_id=unique_name("other")) as other:
+        filler.init_transactions(15)
+        other.init_transactions(15)
+        write(filler, 0, 14)
+
+        def copy_then_fail(record: ConsumerRecord) -> list[tuple[bytes | None, bytes | None]]:
+            if record.value == b"2":  # open before the first commit: its offsets are deferred
+                other.begin_transaction()
+                other.send(sink, b"other", partition=0)
+                other.flush(15)
+            if record.value == b"14":  # the second transaction's first part goes out, then
+                write(filler, 15, 29)  # the next poll brings the record that fails it
+            if record.value == b"15":
+                raise RuntimeError("boom")  # the second transaction is aborted
+            return [(record.key, record.value)]
+
+        with pytest.raises(RuntimeError, match="boom"):
+            front.run(make(copy_then_fail), timeout=60)
+        other.abort_transaction(15)  # ends it: Tansu settles the processor's transactions now
+    with ReadCommittedConsumer(servers, group_id=group) as reader:
+        assert reader.committed([TopicPartition(source, 0)], 15) == {
+            TopicPartition(source, 0): 10}  # before the fix: None
+    stats = front.run(make(None), max_records=20, timeout=60)  # from the committed offsets
+    assert stats.records_in == 20
     report = check(servers, source, sink)
     assert report.ok, str(report)
 

@@ -44,3 +44,32 @@ def test_committed_offsets_wait_for_an_earlier_open_transaction(
         assert reader.committed([tp], TIMEOUT) == {tp: None}  # Kafka: 7
         first.commit_transaction(TIMEOUT)
         assert reader.committed([tp], TIMEOUT) == {tp: 7}
+
+
+def test_deferred_offsets_are_dropped_when_the_same_producer_aborts_its_next_transaction(
+        tansu_broker: RunningBroker, unique_name: Callable[[str], str]) -> None:
+    """Tansu keeps a transaction's offsets in the state of its producer *epoch*; the producer's
+    next transaction reuses that state, and aborting it drops offsets still deferred there.
+    ExactlyOnceProcessor commits them again plainly after each commit because of this
+    (test_processor.py::test_offsets_tansu_deferred_survive_the_next_transactions_abort)."""
+    servers = tansu_broker.bootstrap_servers
+    topic = topics.create_topic(tansu_broker, unique_name("out"), 1)
+    tp, group = TopicPartition(topic, 0), unique_name("g")
+    with TransactionalProducer(servers, transactional_id=unique_name("a")) as first, \
+            TransactionalProducer(servers, transactional_id=unique_name("b")) as second, \
+            ReadCommittedConsumer(servers, group_id=group) as reader:
+        first.init_transactions(TIMEOUT)
+        second.init_transactions(TIMEOUT)
+        first.begin_transaction()
+        first.send(topic, b"open", partition=0)
+        first.flush(TIMEOUT)
+        second.begin_transaction()
+        second.send(topic, b"committed", partition=0)
+        second.send_offsets_to_transaction({tp: 7}, group)
+        second.commit_transaction(TIMEOUT)  # deferred behind the open one
+        second.begin_transaction()
+        second.send(topic, b"aborted", partition=0)
+        second.flush(TIMEOUT)
+        second.abort_transaction(TIMEOUT)
+        first.commit_transaction(TIMEOUT)
+        assert reader.committed([tp], TIMEOUT) == {tp: None}  # Kafka: 7

@@ -8,6 +8,7 @@ these read as the processor's rules: what is asked, in which order, after which 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -20,7 +21,7 @@ from eosclient._core.decode import RecordColumns
 from eosclient._processor.core import SOURCE_HEADER, ProcessorCore, ProcessorSettings
 from eosclient._processor.steps import drive
 from eosclient.aio.processor import adrive
-from eosclient.errors import AbortableError, FencedError, KafkaTimeoutError
+from eosclient.errors import AbortableError, FencedError, KafkaTimeoutError, RetriableError
 
 TP = TopicPartition("in", 0)
 
@@ -93,7 +94,7 @@ _METHODS = {
               "send_copies", "probe", "backoff", "sleep", "close_clients"],
     "producer": ["init_transactions", "partitions_for", "begin_transaction",
                  "send_offsets_to_transaction", "commit_transaction", "abort_transaction"],
-    "consumer": ["poll_batch", "assignment", "committed", "seek", "seek_to_beginning",
+    "consumer": ["poll_batch", "assignment", "committed", "commit", "seek", "seek_to_beginning",
                  "group_metadata", "in_generation", "high_watermark", "last_stable_offset",
                  "topic_metadata"],
 }
@@ -130,8 +131,9 @@ def test_a_poll_becomes_one_transaction_with_its_offsets(kind: type[Script]) -> 
         "front.open_producer", "producer.init_transactions", "producer.partitions_for",
         "front.open_consumer", "consumer.poll_batch", "producer.begin_transaction",
         "front.send_copies", "consumer.group_metadata", "producer.send_offsets_to_transaction",
-        "consumer.in_generation", "producer.commit_transaction", "consumer.assignment",
-        "front.close_clients"]
+        "consumer.in_generation", "producer.commit_transaction",
+        "consumer.in_generation", "consumer.commit",  # the offsets again, plainly (_secure)
+        "consumer.assignment", "front.close_clients"]
     [(topic, runs)] = script.args("front.send_copies")  # one run per input partition
     assert topic == "out"
     assert runs == [([b"%d" % o for o in range(3)], None,  # keyless: the keys left out
@@ -204,8 +206,45 @@ def test_revoking_commits_the_open_transaction_and_awaits_its_offsets() -> None:
     names = script.names()
     commit = names.index("producer.commit_transaction")
     assert names[commit - 1] == "consumer.in_generation"
-    assert names[commit + 1] == "consumer.committed"  # the hand-over waits for the group
+    assert names[commit + 1:commit + 3] == ["consumer.in_generation", "consumer.commit"]
+    assert names[commit + 3] == "consumer.committed"  # the hand-over waits for the group
     assert stats.transactions_committed == 1
+
+
+def test_a_committed_transactions_offsets_are_committed_again_plainly() -> None:
+    # Tansu can defer a committed transaction's offsets and then drop them with the same
+    # producer's next transaction (aborted, or aborted by a successor's InitProducerId): the
+    # processor commits them once more outside the transaction before going on.
+    script = Script(consumer__poll_batch=Each([{TP: columns(0, 3)}, {TP: columns(3, 2)}, {}]),
+                    consumer__in_generation=Each([True, True, True, False]))
+    stats = run(script, ProcessorCore(settings(max_records_per_transaction=3)), max_records=5)
+    assert stats.transactions_committed == 2
+    # the first transaction's offsets; the second finished after the generation ran out
+    # (checked by the clock after its commit): not this member's to commit any more
+    assert script.args("consumer.commit") == [({TP: 3}, 10.0)]
+    names = script.names()
+    assert names.index("consumer.commit") < names.index("producer.begin_transaction", 6)
+
+
+@pytest.mark.parametrize("refusal", [AbortableError("ILLEGAL_GENERATION"),
+                                     RetriableError("REBALANCE_IN_PROGRESS"),
+                                     KafkaTimeoutError("coordinator gone")])
+def test_a_refused_plain_commit_is_logged_and_the_run_goes_on(
+        refusal: Exception, caplog: pytest.LogCaptureFixture) -> None:
+    script = Script(consumer__poll_batch=Each([{TP: columns(0, 3)}, {TP: columns(3, 3)}, {}]),
+                    consumer__commit=refusal)
+    with caplog.at_level(logging.INFO, "eosclient.processor"):
+        stats = run(script, ProcessorCore(settings(max_records_per_transaction=3)),
+                    max_records=6)
+    assert stats.transactions_committed == 2
+    assert "not secured outside the transaction" in caplog.text
+
+
+def test_a_fenced_plain_commit_ends_the_run() -> None:
+    script = Script(consumer__poll_batch=Each([{TP: columns(0, 3)}, {}]),
+                    consumer__commit=FencedError("FENCED_INSTANCE_ID"))
+    with pytest.raises(FencedError):
+        run(script, ProcessorCore(settings()), max_records=3)
 
 
 def test_partitions_lost_and_given_back_start_past_what_this_instance_committed() -> None:

@@ -10,7 +10,7 @@ commit, recovery, rebalance handling, fence probe and hand-over.
 The ports a front provides:
 
 * ``consumer``: a read_committed consumer (sync or async) with ``poll_batch``, ``assignment``,
-  ``committed``, ``seek``, ``seek_to_beginning``, ``group_metadata``, ``in_generation``,
+  ``committed``, ``commit``, ``seek``, ``seek_to_beginning``, ``group_metadata``, ``in_generation``,
   ``high_watermark``, ``last_stable_offset``, ``topic_metadata``;
 * ``producer``: a transactional producer with ``init_transactions``, ``partitions_for``,
   ``begin_transaction``, ``send_offsets_to_transaction``, ``commit_transaction``,
@@ -42,7 +42,7 @@ from eosclient._net.backoff import Backoff
 from eosclient._processor.stats import ProcessorStats, StatsCounter
 from eosclient._processor.steps import Io, Steps
 from eosclient._processor.visible import committed_steps
-from eosclient.errors import AbortableError, EosError, KafkaTimeoutError
+from eosclient.errors import AbortableError, EosError, KafkaTimeoutError, RetriableError
 
 __all__ = ["SOURCE_HEADER", "OutputRecord", "ProcessorCore", "ProcessorSettings"]
 
@@ -52,6 +52,7 @@ SOURCE_HEADER = "eos.src"  # "topic/partition/offset" of the input record an out
 _PROBE_HEADER = "eos.probe"  # an aborted record that proves the producer was not fenced
 _UNKNOWN_TOPIC = 3  # UNKNOWN_TOPIC_OR_PARTITION
 _COMMIT_ATTEMPTS = 3  # commit_transaction() calls (each resumes the last) before giving up
+_SECURE_TIMEOUT = 10.0  # seconds for the plain commit of a committed transaction's offsets
 _HANDOFF_TIMEOUT = 30.0  # seconds to wait for a revoked partition's committed offset to show
 _ABORT_BACKOFF = Backoff(0.05, 2.0)  # before the n-th retry after aborts in a row (none at 1)
 _SETTLE_BACKOFF = Backoff(0.01, 0.5)  # between looks at the output's LSO after an assignment
@@ -325,6 +326,32 @@ class ProcessorCore:
         self._committed.update(txn.offsets)
         self.counter.committed(txn.records_in, txn.records_out)
         log.debug("committed %d in, %d out", txn.records_in, txn.records_out)
+        if txn.offsets:
+            yield from self._secure(txn.offsets)
+
+    def _secure(self, offsets: Mapping[TopicPartition, int]) -> Steps[None]:
+        """Commit the offsets of a committed transaction again, plainly (OffsetCommit, under
+        this member's generation), before the next transaction begins.
+
+        A broker may acknowledge EndTxn(commit) and apply the transaction's offsets later, and
+        lose them meanwhile: Tansu 0.6 defers them while another transaction that wrote earlier
+        to the same output partition is open, keeps them in the state of the producer's epoch,
+        which the producer's next transaction reuses, and drops them with it when that one is
+        aborted, by this instance or by its successor's InitProducerId after a crash. The group
+        would then show older offsets and the next owner copy committed records again. On a
+        broker that applies them at once (Kafka, noida-db) this writes what the group holds.
+        The plain commit carries the generation, so a member that lost it is refused; it is
+        only a safeguard, so a refusal or a timeout is logged, not raised.
+
+        Raises:
+            FencedError, FatalError: the group refused this member for good.
+        """
+        if not (yield Io("consumer", "in_generation")):
+            return  # the generation ran out: not this member's to commit any more
+        try:
+            yield Io("consumer", "commit", (dict(offsets), _SECURE_TIMEOUT))
+        except (AbortableError, RetriableError, KafkaTimeoutError) as exc:
+            log.info("committed offsets not secured outside the transaction: %r", exc)
 
     def _recover(self, exc: AbortableError) -> Steps[None]:
         """Abort the failed transaction and rewind to the committed offsets, after a backoff
