@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from eosclient._core.types import TopicPartition
-from eosclient._process import die_with_parent
+from eosclient._process import killed_with_parent
 from eosclient.consumer import ReadCommittedConsumer
 from eosclient.errors import EosError
 from eosclient.processor import BatchTransform, ExactlyOnceProcessor, ProcessorStats
@@ -310,8 +310,8 @@ class Worker:
 class Child:
     """``eosclient copy`` as a child process, with its last progress line kept.
 
-    Start it from a thread that outlives it (the main thread): it is SIGTERMed when that thread
-    ends (:func:`~eosclient._process.die_with_parent`).
+    Start it from a thread that outlives it (the main thread): it is SIGKILLed when that thread
+    ends, stopped or not (:func:`~eosclient._process.killed_with_parent`).
     """
 
     def __init__(self, command: list[str], tally: Tally) -> None:
@@ -322,7 +322,7 @@ class Child:
         self.ready = threading.Event()  # set by the first progress line: signals are handled
         self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                      preexec_fn=die_with_parent)  # noqa: PLW1509 - a prctl()
+                                      preexec_fn=killed_with_parent)  # noqa: PLW1509 - a prctl()
         self._reader = threading.Thread(target=self._read, name="scenario-child", daemon=True)
         self._reader.start()
 
