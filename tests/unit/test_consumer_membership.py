@@ -328,6 +328,22 @@ def test_a_follower_whose_rejoin_keeps_the_generation_leaves_and_joins_anew(
 
 
 @pytest.mark.parametrize("settings", [SETTINGS, STATIC])
+def test_a_follower_never_synced_in_its_generation_rejoins_it_without_leaving(
+        settings: Settings) -> None:
+    # While a generation forms, Tansu answers a follower's SyncGroup REBALANCE_IN_PROGRESS and
+    # its rejoin with the same generation. Leaving then (as after a stale assignment) started
+    # the next round for every member, which left in turn: no generation formed for minutes
+    # (nemesis Tansu seed 9).
+    m, join = joining(settings=settings)
+    m.on_response(join, joined(member="m1", leader="m2", generation=5), 1.0)
+    m.on_response(one(m.poll(1.0, counts), "sync"), synced([], code=27), 1.5)
+    m.on_response(one(m.poll(1.5, counts), "join"),
+                  joined(member="m1", leader="m2", generation=5), 2.0)
+    assert m.state is State.SYNCING and m.generation == 5
+    assert [s.kind for s in m.poll(2.0, counts)] == ["sync"]
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, STATIC])
 def test_a_rejoin_after_a_lost_answer_may_keep_the_generation(settings: Settings) -> None:
     # A static member joining again by itself gets the generation it was in (KIP-345; noida-db,
     # after a cut connection). Leaving then made a zombie take its instance over from the live

@@ -130,6 +130,7 @@ class Membership:
         self._same_generation = False  # the last JoinGroup answer kept the generation we were in
         # (after the coordinator asked for a rebalance: see _reform)
         self._asked = False  # REBALANCE_IN_PROGRESS since the last JoinGroup answer
+        self._synced = -1  # the last generation whose SyncGroup gave this member its assignment
         self._held = False  # a stopped static member's join as new waits for the application
         self._own_share: bytes | None = None  # what this leader assigned itself (to check)
         self._joined: Any = None  # the leader's JoinGroup answer, kept while it assigns
@@ -311,7 +312,7 @@ class Membership:
                          rejoin_as=response.leader)
             return
         asked, self._asked = self._asked, False
-        self._same_generation = (asked and 0 <= self.generation == response.generation_id
+        self._same_generation = (asked and 0 <= self._synced == response.generation_id
                                  and self.member_id == response.member_id)
         if self._same_generation and response.leader != response.member_id:
             self._reform(f"answered the rejoin of a follower with the same generation "
@@ -355,6 +356,12 @@ class Membership:
         joins; so this member leaves (static or not) and joins again once that is answered, as
         a new member.
 
+        Only a rejoin into a generation this member was synced in is judged so: while a
+        generation forms, Tansu answers a follower's SyncGroup REBALANCE_IN_PROGRESS and its
+        rejoin with the same generation, and nothing is stale yet. Leaving then made every
+        member leave in turn, each start of a generation undone by the next leave, and no
+        generation formed for minutes (nemesis Tansu seed 9).
+
         Only a rejoin the coordinator asked for (REBALANCE_IN_PROGRESS) is judged so. A static
         member that joins again for its own reasons (an answer lost to a cut connection) may
         rightly be given the generation it was in (KIP-345: noida-db does); leaving then would
@@ -387,6 +394,7 @@ class Membership:
                          f"by nobody)", now)
             return
         self.assignment = wire.read_assignment(response.assignment)
+        self._synced = self.generation
         log.info("group %r: generation %d assigns %s", self.settings.group_id, self.generation,
                  _partitions(self.assignment))
         self._heard_at = self._polled_at = now
