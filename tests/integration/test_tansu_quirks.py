@@ -73,3 +73,38 @@ def test_deferred_offsets_are_dropped_when_the_same_producer_aborts_its_next_tra
         second.abort_transaction(TIMEOUT)
         first.commit_transaction(TIMEOUT)
         assert reader.committed([tp], TIMEOUT) == {tp: None}  # Kafka: 7
+
+
+def test_an_older_epochs_deferred_offsets_are_applied_after_a_newer_epochs(
+        tansu_broker: RunningBroker, unique_name: Callable[[str], str]) -> None:
+    """When a transaction ends and none overlapping it is open, Tansu settles the deferred
+    transactions that overlap it, but of each transactional.id only the first overlapping
+    epoch. A producer re-initialised (a restart, a recovery) while its committed offsets were
+    deferred leaves them in the old epoch; settled later, they replace the newer ones, and the
+    group goes back (a plain commit of the newer offsets, too). ExactlyOnceProcessor therefore
+    never rewinds past what it committed itself, even after handing a partition over."""
+    servers = tansu_broker.bootstrap_servers
+    topic = topics.create_topic(tansu_broker, unique_name("out"), 1)
+    tp, group, txn = TopicPartition(topic, 0), unique_name("g"), unique_name("b")
+    with TransactionalProducer(servers, transactional_id=unique_name("a")) as first, \
+            ReadCommittedConsumer(servers, group_id=group) as reader:
+        first.init_transactions(TIMEOUT)
+        first.begin_transaction()
+        first.send(topic, b"open", partition=0)
+        first.flush(TIMEOUT)
+        with TransactionalProducer(servers, transactional_id=txn) as old:
+            old.init_transactions(TIMEOUT)
+            old.begin_transaction()
+            old.send(topic, b"older", partition=0)
+            old.send_offsets_to_transaction({tp: 5}, group)
+            old.commit_transaction(TIMEOUT)  # deferred behind the open one
+        with TransactionalProducer(servers, transactional_id=txn) as new:
+            new.init_transactions(TIMEOUT)  # a new epoch; the old one's state stays
+            new.begin_transaction()
+            new.send(topic, b"newer", partition=0)
+            new.send_offsets_to_transaction({tp: 9}, group)
+            new.commit_transaction(TIMEOUT)  # deferred too
+            reader.commit({tp: 9}, TIMEOUT)  # plainly: the group shows 9 now
+            assert reader.committed([tp], TIMEOUT) == {tp: 9}
+        first.commit_transaction(TIMEOUT)
+        assert reader.committed([tp], TIMEOUT) == {tp: 5}  # Kafka: 9

@@ -159,9 +159,10 @@ class ProcessorCore:
         self._txn: _Txn | None = None
         self._rewind = False
         self._aborts_in_row = 0  # aborted transactions since the last commit
-        # What this instance committed for partitions it holds (or held, until it loses them
-        # without a hand-over): the group must show it before a partition is handed over, and
-        # a rewind never goes back past it.
+        # What this instance committed, per input partition it holds or held: the group must
+        # show it before a partition is handed over, and a rewind never goes back past it (a
+        # higher offset the group shows wins: another owner went further meanwhile). Kept
+        # after a hand-over: Tansu may apply an older transaction's offsets after newer ones.
         self._committed: dict[TopicPartition, int] = {}
         self._outputs: list[TopicPartition] | None = None  # None: the count is not known
         self._declared: list[TopicPartition] | None = None
@@ -499,7 +500,7 @@ class ProcessorCore:
                 log.warning("commit before revocation failed, aborting: %r", exc)
                 yield from self._abort()
                 self._rewind = True  # partitions kept (if any) must go back to committed offsets
-        handed = {tp: self._committed.pop(tp) for tp in partitions if tp in self._committed}
+        handed = {tp: self._committed[tp] for tp in partitions if tp in self._committed}
         if handed:
             try:
                 yield from committed_steps(handed, _HANDOFF_TIMEOUT)
