@@ -1,8 +1,9 @@
 """Kafka -> Spark -> Kafka from a Spark Connect client (``SparkSession.builder.remote``, a local
 Connect server that pyspark starts): the ``eosclient-kafka`` writer and source, and
-``ExactlyOnceKafkaSink`` in ``datasource`` mode through ``foreachBatch``. Prints one line per
-path: ``<path> <records read back>``. Run by ``test_connect.py`` in a process of its own (a
-Connect session cannot share a process with the tests' classic session)."""
+``ExactlyOnceKafkaSink`` through ``foreachBatch`` in ``datasource`` and in ``atomic`` mode (the
+sink is pickled to the server, whose Python process calls it with a Connect DataFrame). Prints
+one line per path: ``<path> <records read back>``. Run by ``test_connect.py`` in a process of
+its own (a Connect session cannot share a process with the tests' classic session)."""
 
 from __future__ import annotations
 
@@ -33,14 +34,19 @@ def main() -> None:
         source = (spark.readStream.format("eosclient-kafka").option("bootstrap.servers", servers)
                   .option("subscribe", "connect-written").load()
                   .selectExpr("upper(cast(value as string)) as value"))
-        sink = ExactlyOnceKafkaSink(bootstrap_servers=servers, topic="connect-foreach",
-                                    sink_id="connect-foreach", mode="datasource")
+        sinks = {"foreachBatch": ExactlyOnceKafkaSink(
+                     bootstrap_servers=servers, topic="connect-foreach",
+                     sink_id="connect-foreach", mode="datasource"),
+                 "atomic": ExactlyOnceKafkaSink(
+                     bootstrap_servers=servers, topic="connect-atomic",
+                     sink_id="connect-atomic", mode="atomic")}
         for path, df, topic in (("writer", lines, "connect-written"),
                                 ("source", source, "connect-copied"),
-                                ("foreachBatch", lines, "connect-foreach")):
+                                ("foreachBatch", lines, "connect-foreach"),
+                                ("atomic", lines, "connect-atomic")):
             writer = df.writeStream
-            if path == "foreachBatch":
-                writer = writer.foreachBatch(sink)
+            if path in sinks:
+                writer = writer.foreachBatch(sinks[path])
             else:
                 writer = (writer.format("eosclient-kafka").option("bootstrap.servers", servers)
                           .option("topic", topic).option("sinkId", f"connect-{path}"))

@@ -23,7 +23,7 @@ def test_writer_source_and_foreach_batch_work_from_a_connect_client(
         noida_broker: RunningBroker, tmp_path: Path) -> None:
     pytest.importorskip("grpc", reason="Spark Connect needs pyspark[connect]")
     pytest.importorskip("pandas", reason="Spark Connect needs pyspark[connect]")
-    for name in ("connect-written", "connect-copied", "connect-foreach"):
+    for name in ("connect-written", "connect-copied", "connect-foreach", "connect-atomic"):
         topics.create_topic(noida_broker, name, 2)
     expected = len(write_inputs(tmp_path / "in", 2, 20))
     child = subprocess.run(
@@ -34,4 +34,4 @@ def test_writer_source_and_foreach_batch_work_from_a_connect_client(
     assert child.returncode == 0, child.stdout + child.stderr[-3000:]
     counts = dict(line.split() for line in child.stdout.splitlines() if line.count(" ") == 1)
     assert counts == {"writer": str(expected), "source": str(expected),
-                      "foreachBatch": str(expected)}, child.stdout
+                      "foreachBatch": str(expected), "atomic": str(expected)}, child.stdout
