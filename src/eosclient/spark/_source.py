@@ -18,9 +18,18 @@ Options (``spark.readStream.format("eosclient-kafka").option(...)``):
 
 * ``bootstrap.servers`` (required) and ``subscribe``: a comma-separated list of topics;
 * ``startingOffsets``: ``earliest`` (default) or ``latest`` (the LSO when the query starts);
-* ``maxOffsetsPerTrigger``: at most this many offsets per micro-batch, over all partitions;
+* ``maxOffsetsPerTrigger``: at most this many offsets per micro-batch, shared over the
+  partitions in proportion to their lag, as Spark's Kafka source shares it (pyspark 4.2+);
 * ``timeoutSeconds``: how long one range may take to read (default 60): a range not read by
   then fails its task (Spark retries it) rather than hanging.
+
+Trigger.AvailableNow (pyspark 4.2+, SPARK-55304: admission control for Python sources). At
+``prepareForTriggerAvailableNow`` the reader fixes its *target*: every partition's LSO at that
+moment. ``latestOffset`` never goes past it, so the run reads what was committed when it started,
+in as many batches as ``maxOffsetsPerTrigger`` needs, and ends when a batch's start is the target.
+pyspark 4.1 has neither the read limit nor the trigger: ``latestOffset()`` is called with no
+arguments and answers the LSOs, Spark runs AvailableNow as one batch, and ``maxOffsetsPerTrigger``
+is refused (a ConfigError) rather than ignored.
 
 Columns: ``key`` and ``value`` (binary), ``topic``, ``partition``, ``offset``, ``timestamp``
 (UTC), ``headers`` (array of ``key`` string, ``value`` binary), as Spark's Kafka source names
@@ -36,13 +45,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from eosclient._core.types import TopicPartition
 from eosclient._processor.topics import partition_count
 from eosclient.consumer import ReadCommittedConsumer
 from eosclient.errors import ConfigError, KafkaTimeoutError
 from eosclient.spark._writer import positive_option
+
+try:  # pyspark 4.2+: read limits and Trigger.AvailableNow for Python sources (SPARK-55304)
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+    _ADMISSION = True
+except ImportError:  # pyspark 4.1: latestOffset() takes no arguments; the names stay unused
+    _ADMISSION = False
 
 __all__ = ["SCHEMA", "ReadCommittedKafkaSource"]
 
@@ -70,7 +89,8 @@ class ReadCommittedKafkaSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return _StreamReader(_Options.parse(self.options))
+        options = _Options.parse(self.options)
+        return _AvailableNowReader(options) if _ADMISSION else _StreamReader(options)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +122,12 @@ class _Options:
         if starting not in ("earliest", "latest"):
             raise ConfigError(f"must be earliest or latest, got {starting!r}",
                               key="startingOffsets")
-        return cls(servers, topics, starting,
-                   positive_option(get("maxOffsetsPerTrigger"), "maxOffsetsPerTrigger", int),
+        max_offsets = positive_option(get("maxOffsetsPerTrigger"), "maxOffsetsPerTrigger", int)
+        if max_offsets is not None and not _ADMISSION:
+            raise ConfigError("needs pyspark 4.2 or later (read limits for Python sources)",
+                              key="maxOffsetsPerTrigger")
+        return cls(servers, topics, starting, max_offsets,
                    positive_option(get("timeoutSeconds"), "timeoutSeconds", float) or 60.0)
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,25 +143,36 @@ class _Range(InputPartition):
 
 
 class _StreamReader(DataSourceStreamReader):
-    """Offsets on the driver (one consumer kept for the query), ranges read on executors."""
+    """Offsets on the driver (one consumer kept for the query), ranges read on executors.
+
+    Spark calls ``latestOffset(start, limit)`` from pyspark 4.2 (it reads the signature), and
+    ``latestOffset()`` in 4.1.
+    """
 
     def __init__(self, options: _Options) -> None:
         self._options = options
         self._consumer: ReadCommittedConsumer | None = None
+        self._target: Offsets | None = None   # Trigger.AvailableNow's end, fixed at its start
 
     def initialOffset(self) -> Offsets:
         return self._ends(self._options.starting)
 
-    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
-        latest = self._ends("latest")
-        if isinstance(limit, ReadAllAvailable) or self._options.max_offsets is None:
-            return latest
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else self._options.max_offsets
-        return _capped(start, latest, budget)
+    def latestOffset(self, start: Offsets | None = None,
+                     limit: ReadLimit | None = None) -> Offsets:
+        if start is None:       # pyspark 4.1: no start, so no limit
+            return self._ends("latest")
+        latest = self._ends("latest") if self._target is None else _held(start, self._target)
+        budget = self._budget(limit)
+        return latest if budget is None else _capped(start, latest, budget)
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        max_offsets = self._options.max_offsets
-        return ReadAllAvailable() if max_offsets is None else ReadMaxRows(max_offsets)
+    def _budget(self, limit: ReadLimit | None) -> int | None:
+        """The offsets a batch may take: none for ReadAllAvailable (Trigger.Once, or Spark's
+        own choice: the option must then be ignored), else the limit's or the option's."""
+        if isinstance(limit, ReadAllAvailable):
+            return None
+        if isinstance(limit, ReadMaxRows):
+            return limit.max_rows
+        return self._options.max_offsets
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         options = self._options
@@ -180,6 +212,32 @@ class _StreamReader(DataSourceStreamReader):
         return out
 
 
+if _ADMISSION:
+    class _AvailableNowReader(_StreamReader, SupportsTriggerAvailableNow):
+        """The reader with pyspark 4.2's read limit and Trigger.AvailableNow."""
+
+        def getDefaultReadLimit(self) -> ReadLimit:
+            max_offsets = self._options.max_offsets
+            return ReadAllAvailable() if max_offsets is None else ReadMaxRows(max_offsets)
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            """Fix the run's end: each partition's LSO now. A partition created later, and
+            whatever is committed later, waits for the next run."""
+            self._target = self._ends("latest")
+
+
+def _held(start: Offsets, target: Offsets) -> Offsets:
+    """The latest offsets of an AvailableNow run: ``target``, never behind ``start`` (an LSO
+    can move back when a log is truncated), with ``start``'s partitions kept, so the run
+    reaches an end equal to its start, and Spark stops it."""
+    out = {topic: {p: max(end, _start_of(start, topic, p)) for p, end in ends.items()}
+           for topic, ends in target.items()}
+    for topic, ends in start.items():
+        for p, offset in ends.items():
+            out.setdefault(topic, {}).setdefault(p, offset)
+    return out
+
+
 def _start_of(start: Offsets, topic: str, partition: str) -> int:
     """Where a range of ``partition`` begins: a partition created since ``start`` was planned
     is read from its beginning (offset 0, or its log start: the reader resets to earliest)."""
@@ -187,21 +245,22 @@ def _start_of(start: Offsets, topic: str, partition: str) -> int:
 
 
 def _capped(start: Offsets, latest: Offsets, budget: int) -> Offsets:
-    """``latest``, moved back so that at most ``budget`` offsets are read over all partitions
-    (shared out in turn, one partition at a time, so none starves)."""
-    out = {topic: {p: _start_of(start, topic, p) for p in ends} for topic, ends in latest.items()}
-    pending = [(topic, p) for topic, ends in latest.items() for p in ends]
-    while budget > 0 and pending:
-        share = max(1, budget // len(pending))
-        still = []
-        for topic, p in pending:
-            step = min(share, latest[topic][p] - out[topic][p], budget)
-            out[topic][p] += step
-            budget -= step
-            if out[topic][p] < latest[topic][p]:
-                still.append((topic, p))
-        pending = still
-    return out
+    """``latest``, moved back so that at most ``budget`` offsets are read over all partitions,
+    shared in proportion to each partition's lag as Spark's Kafka source shares
+    ``maxOffsetsPerTrigger``; the shares are rounded down and the offsets left over go to the
+    largest remainders, so a batch takes exactly ``budget`` (Spark rounds small shares up and
+    may take a few more)."""
+    lag = {(topic, p): max(0, end - _start_of(start, topic, p))
+           for topic, ends in latest.items() for p, end in ends.items()}
+    total = sum(lag.values())
+    if total <= budget:
+        return latest
+    share = {tp: budget * n // total for tp, n in lag.items()}
+    left = budget - sum(share.values())
+    for tp in sorted(lag, key=lambda tp: -(budget * lag[tp] % total))[:left]:
+        share[tp] += 1
+    return {topic: {p: _start_of(start, topic, p) + share[topic, p] for p in ends}
+            for topic, ends in latest.items()}
 
 
 def read_range(part: _Range) -> Iterator[tuple[Any, ...]]:
