@@ -9,6 +9,7 @@ again, retry later, or fail. States are reached only through public inputs.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -586,3 +587,41 @@ def test_a_join_answered_while_the_process_was_stopped_is_not_trusted(state: Sta
     found(m, 30.0)
     again = one(m.poll(30.0, counts), "join")
     assert again.attempt > sent.attempt and again.request.member_id == m.member_id
+
+
+def test_a_rebalance_that_does_not_end_is_said_at_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # A group that could form no generation for minutes (a nemesis run on Tansu) logged
+    # nothing at all: it looked like an idle one.
+    m, join = joining()
+    clock = [0.0]
+
+    def until(end: float) -> int:
+        """Turn the driver each second (as the I/O thread does) up to ``end``: the warnings."""
+        while clock[0] < end:
+            clock[0] += 1.0
+            m.poll(clock[0], counts)
+        return len(caplog.records)
+
+    with caplog.at_level(logging.WARNING, "eosclient.consumer"):
+        assert until(29.0) == 0 and m.next_timer() == 30.0
+        assert until(30.0) == 1
+        assert caplog.records[0].getMessage() == (
+            "group 'g': no generation for 30 s (JoinGroup in flight: the coordinator holds it "
+            "until every member it knows joins, or the rebalance timeout; member '', last "
+            "generation -1)")
+        assert until(59.0) == 1
+        assert until(60.0) == 2  # then each time it has lasted twice as long
+        m.on_response(join, joined(), 61.0)
+        m.on_response(one(m.poll(61.0, counts), "sync"), synced([TP("t", 0)]), 61.0)
+        m.take_assignment(61.0)
+        for clock[0] in range(62, 80):  # a generation: the clock starts again at the next one
+            for send in m.poll(clock[0], counts):
+                m.on_response(send, beat(0), clock[0])
+        assert len(caplog.records) == 2 and m.state is State.STABLE
+        m.on_response(one(m.poll(80.0, counts) or m.poll(83.0, counts), "heartbeat"),
+                      beat(27), 83.0)  # REBALANCE_IN_PROGRESS
+        m.revoked(83.0)
+        clock[0] = 83.0
+        assert until(112.0) == 2
+        assert until(113.0) == 3

@@ -93,6 +93,8 @@ MOVED_ON: Final = frozenset({_ILLEGAL_GENERATION, _UNKNOWN_MEMBER_ID, _REBALANCE
 log = logging.getLogger("eosclient.consumer")
 
 _JOIN_GRACE: Final = 5.0  # JoinGroup may be held for the rebalance timeout; Java adds 5 s
+_SLOW_REBALANCE: Final = 30.0  # seconds (at least the session timeout) before a WARNING
+_UNSETTLED: Final = frozenset({State.REVOKING, State.JOINING, State.SYNCING})
 
 
 
@@ -141,6 +143,8 @@ class Membership:
         self._heard_at = 0.0  # the last heartbeat answer (or sync) that kept the session alive
         self._polled_at = 0.0
         self._ran_at: float | None = None  # the driver's last call: a gap means a stopped process
+        self._unsettled_since: float | None = None  # when the member last left its generation
+        self._warn_at = float("inf")  # the next WARNING that no generation has formed
 
     # -- the application (under the consumer's lock) ----------------------------------------------
 
@@ -204,6 +208,7 @@ class Membership:
         :attr:`lookup`)."""
         self._check_stopped(now)
         self._check_timers(now, counts)
+        self._check_unsettled(now)
         if self.state is State.JOINING and not self._waiting and now >= self._step_at \
                 and self.lookup.node is not None and not self.held:
             self._send_join()
@@ -242,6 +247,8 @@ class Membership:
                        self._polled_at + self.settings.rebalance_timeout]
         if self.generation >= 0 and self.state in _HEARTBEATING:
             timers.append(self._heartbeat_at)
+        if self.state in _UNSETTLED:
+            timers.append(self._warn_at)
         return min(timers)
 
     def on_response(self, sent: Send, response: Any, now: float) -> None:
@@ -587,6 +594,36 @@ class Membership:
                                            for t, n in self._assigned_from.items()):
                 self._transition(Input.META_CHANGED, now)
 
+    def _check_unsettled(self, now: float) -> None:
+        """A member out of a generation for long says so at WARNING, and what it waits for:
+        once the rebalance has lasted the session timeout (30 s at least), then each time it
+        has lasted twice as long. A rebalance may rightly take up to the rebalance timeout
+        (``max.poll.interval.ms``) while members are slow to join; a group that cannot form
+        one at all must not look like an idle one."""
+        if self._unsettled_since is None or now < self._warn_at:
+            return
+        lasted = now - self._unsettled_since
+        self._warn_at = self._unsettled_since + 2 * lasted
+        log.warning("group %r: no generation for %.0f s (%s; member %r, last generation %d)",
+                    self.settings.group_id, lasted, self._waiting_for(), self.member_id,
+                    self.generation)
+
+    def _waiting_for(self) -> str:
+        """What the rebalance waits for, in words (:meth:`_check_unsettled`)."""
+        if self.state is State.REVOKING:
+            return "the application has not called poll() to give its partitions up"
+        if self.lookup.node is None:
+            return "the group coordinator is not known yet"
+        if self.state is State.SYNCING:
+            return ("SyncGroup in flight: the coordinator holds it until the leader assigns"
+                    if self._waiting else "the leader waits for its topics' metadata")
+        if self.held:
+            return "a stopped static member waits for the application's on_lost to rejoin"
+        if self._waiting:
+            return ("JoinGroup in flight: the coordinator holds it until every member it "
+                    "knows joins, or the rebalance timeout")
+        return "JoinGroup to be sent again (after an error, or a LeaveGroup's answer)"
+
     # -- the one place the state changes --------------------------------------------------------
 
     def _transition(self, cause: Input, now: float) -> None:
@@ -597,6 +634,11 @@ class Membership:
             raise IllegalStateError(f"group {self.settings.group_id!r}: {cause.name} is not "
                                     f"allowed in {self.state.name}")
         previous, self.state = self.state, target
+        if target not in _UNSETTLED:
+            self._unsettled_since, self._warn_at = None, float("inf")
+        elif self._unsettled_since is None:  # out of its generation from now on
+            self._unsettled_since = now
+            self._warn_at = now + max(_SLOW_REBALANCE, self.settings.session_timeout)
         log.debug("group %r: %s -> %s (%s), generation %d, member %r", self.settings.group_id,
                   previous.name, target.name, cause.name, self.generation, self.member_id)
         if cause is Input.CALL_LEAVE and previous is not State.UNJOINED and self.member_id:
