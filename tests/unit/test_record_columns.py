@@ -21,7 +21,7 @@ from eosclient.errors import EosError
 
 TP = TopicPartition("orders", 3)
 T0 = 1_700_000_000_000
-FIELDS = ("offsets", "keys", "values", "timestamps", "headers")
+FIELDS = ("offsets", "keys", "values", "timestamps", "headers", "timestamp_types")
 
 _PURE: dict[str, ModuleType] = {}
 
@@ -45,11 +45,15 @@ _RECORD = st.tuples(st.integers(0, 5_000), st.one_of(st.none(), st.binary(max_si
                     st.one_of(st.none(), st.binary(max_size=200)), _HEADERS)
 
 
-def encode(records: list[Any], base_offset: int, codec: int = 0) -> bytes:
+def encode(records: list[Any], base_offset: int, codec: int = 0, *,
+           log_append: bool = False) -> bytes:
     data = bytearray(encoder.encode_batch(
         [(T0 + dt, k, v, h) for dt, k, v, h in records], producer_id=7, producer_epoch=1,
         base_sequence=0, transactional=False, compression=codec))
     struct.pack_into(">q", data, 0, base_offset)
+    if log_append:  # what a broker writes for a topic with message.timestamp.type=LogAppendTime
+        struct.pack_into(">h", data, 21, struct.unpack_from(">h", data, 21)[0] | 0x08)
+        struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
     return bytes(data)
 
 
@@ -78,12 +82,13 @@ def everything(columns: Any) -> tuple[Any, ...]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches=st.lists(st.lists(_RECORD, min_size=1, max_size=25), min_size=1, max_size=3),
-       min_delta=st.integers(0, 30), codec=st.sampled_from([0, 0, 1]))
+       min_delta=st.integers(0, 30), codec=st.sampled_from([0, 0, 1]),
+       log_append=st.lists(st.booleans(), min_size=3, max_size=3))
 def test_checked_columns_read_as_decoded_ones_in_both_builds(
-        batches: list[list[Any]], min_delta: int, codec: int) -> None:
+        batches: list[list[Any]], min_delta: int, codec: int, log_append: list[bool]) -> None:
     data, base = b"", 1000
-    for records in batches:
-        data += encode(records, base, codec)
+    for records, appended in zip(batches, log_append, strict=False):
+        data += encode(records, base, codec, log_append=appended)
         base += len(records) + 5  # a gap between batches: offsets not consecutive
     seen = [everything(delivered(m, data, 1000 + min_delta, lazy=lazy))
             for m in (decode, pure_decode()) for lazy in (True, False)]
@@ -199,3 +204,25 @@ def test_columns_given_as_lists_pickle_and_convert(build: str) -> None:
     assert list(columns.keys_buffer()) == [None, b"k"]
     lazy = delivered(module, encode([(0, None, b"x", [("h", b"v")])], 9), 0, lazy=True)
     assert fields(pickle.loads(pickle.dumps(lazy))) == fields(lazy)
+
+
+@BUILDS
+def test_each_row_carries_its_batchs_timestamp_type_lazy_or_decoded(build: str) -> None:
+    # The Spark source's timestampType column: RecordColumns had no way to tell it.
+    module = module_of(build)
+    raw = (encode([(0, None, b"c", []), (5, None, b"c", [])], 10)
+           + encode([(0, None, b"l", []), (9, None, b"l", [])], 12, log_append=True))
+    for lazy in (True, False):
+        columns = delivered(module, raw, 11, lazy=lazy)
+        assert columns.timestamp_types == [module.CREATE_TIME] + [module.LOG_APPEND_TIME] * 2
+        assert columns.timestamp_types == [0, 1, 1]
+        assert columns.timestamps[1] == columns.timestamps[2]  # LogAppendTime: one per batch
+        back = pickle.loads(pickle.dumps(delivered(module, raw, 0, lazy=lazy)))
+        assert back.timestamp_types == [0, 0, 1, 1]
+        back.truncate(3)
+        target = module.RecordColumns(*TP)
+        target.extend(delivered(module, raw, 0, lazy=lazy), 1, 3)
+        assert (back.timestamp_types, target.timestamp_types) == ([0, 0, 1], [0, 1])
+    given_lists = module.RecordColumns("t", 1, [3, 4], [None, None], [b"a", b"b"], [5, 6],
+                                       [(), ()])
+    assert given_lists.timestamp_types == [0, 0]  # lists given without types: CreateTime

@@ -42,8 +42,8 @@ from eosclient._core.records import Header
 from eosclient._core.types import TopicPartition
 from eosclient.errors import CorruptRecordError, FatalError
 
-__all__ = ["BinaryColumn", "ConsumerRecord", "ControlType", "DecodedBatches", "RecordBatch",
-           "RecordColumns", "decode_batches"]
+__all__ = ["CREATE_TIME", "LOG_APPEND_TIME", "BinaryColumn", "ConsumerRecord", "ControlType",
+           "DecodedBatches", "RecordBatch", "RecordColumns", "decode_batches"]
 
 # BaseOffset Length PartitionLeaderEpoch Magic CRC Attributes LastOffsetDelta FirstTimestamp
 # MaxTimestamp ProducerId ProducerEpoch BaseSequence RecordCount
@@ -66,6 +66,12 @@ _CODEC_MASK: Final = 0x07
 _LOG_APPEND_TIME: Final = 0x08
 _TRANSACTIONAL: Final = 0x10
 _CONTROL: Final = 0x20
+
+#: A record's timestamp type (its batch's attributes bit 3): set by its producer.
+CREATE_TIME: Final = 0
+#: A record's timestamp type: set by the broker when it appended the batch (the topic's
+#: ``message.timestamp.type=LogAppendTime``); all the batch's records carry the same.
+LOG_APPEND_TIME: Final = 1
 
 
 class ControlType(enum.IntEnum):
@@ -160,18 +166,19 @@ class BinaryColumn:
 
 
 class _Rows:
-    """Decoded rows as five parallel lists (row ``i`` is one record)."""
+    """Decoded rows as six parallel lists (row ``i`` is one record)."""
 
-    __slots__ = ("headers", "keys", "offsets", "timestamps", "values")
+    __slots__ = ("headers", "keys", "offsets", "timestamp_types", "timestamps", "values")
 
-    def __init__(self, offsets: list[int], keys: list[bytes | None],
+    def __init__(self, offsets: list[int], keys: list[bytes | None],  # noqa: PLR0917
                  values: list[bytes | None], timestamps: list[int],
-                 headers: list[tuple[Header, ...]]) -> None:
+                 headers: list[tuple[Header, ...]], timestamp_types: list[int]) -> None:
         self.offsets = offsets
         self.keys = keys
         self.values = values
         self.timestamps = timestamps
         self.headers = headers
+        self.timestamp_types = timestamp_types
 
     def extend(self, other: _Rows, start: int, stop: int) -> None:
         self.offsets += other.offsets[start:stop]
@@ -179,10 +186,11 @@ class _Rows:
         self.values += other.values[start:stop]
         self.timestamps += other.timestamps[start:stop]
         self.headers += other.headers[start:stop]
+        self.timestamp_types += other.timestamp_types[start:stop]
 
 
 def _no_rows() -> _Rows:
-    return _Rows([], [], [], [], [])
+    return _Rows([], [], [], [], [], [])
 
 
 class _Checked:
@@ -245,6 +253,9 @@ class RecordColumns:
         values: Each record's value bytes, or None (a tombstone).
         timestamps: Each record's timestamp in ms (CreateTime, or the broker's LogAppendTime).
         headers: Each record's ``(key, value)`` header pairs (a tuple, often empty).
+        timestamp_types: What each record's timestamp is: :data:`CREATE_TIME` (0) or
+            :data:`LOG_APPEND_TIME` (1), from its batch's attributes (the topic's
+            ``message.timestamp.type``); Spark's Kafka source's ``timestampType`` column.
     """
 
     __slots__ = ("_parts", "_rows", "_size", "partition", "topic")
@@ -252,7 +263,8 @@ class RecordColumns:
     def __init__(self, topic: str, partition: int,  # noqa: PLR0917 - the fields, in order
                  offsets: list[int] | None = None, keys: list[bytes | None] | None = None,
                  values: list[bytes | None] | None = None, timestamps: list[int] | None = None,
-                 headers: list[tuple[Header, ...]] | None = None) -> None:
+                 headers: list[tuple[Header, ...]] | None = None,
+                 timestamp_types: list[int] | None = None) -> None:
         self.topic = topic
         self.partition = partition
         # The rows are either lists (_rows: given, or decoded on first access) or, until a
@@ -261,11 +273,14 @@ class RecordColumns:
         self._parts: list[_Slice] = []
         self._size = 0
         if offsets is not None or keys is not None or values is not None or (
-                timestamps is not None or headers is not None):
-            self._rows = _Rows([] if offsets is None else offsets, [] if keys is None else keys,
+                timestamps is not None or headers is not None or timestamp_types is not None):
+            offsets = [] if offsets is None else offsets
+            self._rows = _Rows(offsets, [] if keys is None else keys,
                                [] if values is None else values,
                                [] if timestamps is None else timestamps,
-                               [] if headers is None else headers)
+                               [] if headers is None else headers,
+                               [CREATE_TIME] * len(offsets) if timestamp_types is None
+                               else timestamp_types)
 
     @property
     def offsets(self) -> list[int]:
@@ -292,6 +307,12 @@ class RecordColumns:
         """Each record's ``(key, value)`` header pairs (decoded on first access)."""
         return self._decoded().headers
 
+    @property
+    def timestamp_types(self) -> list[int]:
+        """Each record's timestamp type: 0 CreateTime, 1 LogAppendTime (decoded on first
+        access; one value per batch, repeated for its rows)."""
+        return self._decoded().timestamp_types
+
     def _decoded(self) -> _Rows:
         rows = self._rows
         if rows is None:
@@ -304,7 +325,7 @@ class RecordColumns:
     def __reduce__(self) -> tuple[type[RecordColumns], tuple[Any, ...]]:
         # Pickled by its fields, alike in both builds (a compiled class has no default way).
         return RecordColumns, (self.topic, self.partition, self.offsets, self.keys, self.values,
-                               self.timestamps, self.headers)
+                               self.timestamps, self.headers, self.timestamp_types)
 
     def __len__(self) -> int:
         rows = self._rows
@@ -391,7 +412,8 @@ class RecordColumns:
     def truncate(self, rows: int) -> None:
         """Keep the first ``rows`` rows only."""
         if self._rows is not None:
-            for column in (self.offsets, self.keys, self.values, self.timestamps, self.headers):
+            for column in (self.offsets, self.keys, self.values, self.timestamps, self.headers,
+                           self.timestamp_types):
                 del column[rows:]
             return
         kept: list[_Slice] = []
@@ -890,6 +912,8 @@ def _decode(  # noqa: PLR0915, PLR0917 - the hot loop, inlined by hand
             rows += 1
     if pos != end:
         raise ValueError(f"{end - pos} bytes left after the batch's {count} records")
+    if into is not None:  # one type per batch: outside the loop
+        into.timestamp_types += [LOG_APPEND_TIME if log_append else CREATE_TIME] * rows
     return rows, first, last, dense
 
 
