@@ -1,4 +1,5 @@
-"""The Spark source's planning, without Spark running: options, how maxOffsetsPerTrigger
+"""The Spark source's planning, without Spark running: options (what to read, offsets per
+partition, what a batch read allows), how maxOffsetsPerTrigger
 shares a micro-batch's offsets among partitions (in proportion to their lag, as Spark's Kafka
 source does), Trigger.AvailableNow's end, and the source on pyspark 4.1's API."""
 
@@ -9,14 +10,17 @@ import sys
 
 import pytest
 
+from eosclient._core.types import TopicPartition
 from eosclient.errors import ConfigError
-from eosclient.spark._source import _capped, _held, _Options
+from eosclient.spark._source import _capped, _held, _ranges
+from eosclient.spark._source_options import Options as _Options
+from eosclient.spark._source_options import resolve
 
 
 def test_options_are_checked_and_named() -> None:
     parsed = _Options.parse({"bootstrap.servers": "h:1", "subscribe": "a, b",
                              "maxoffsetspertrigger": "10"})
-    assert (parsed.topics, parsed.starting, parsed.max_offsets, parsed.timeout) == (
+    assert (parsed.subscription.topics, parsed.starting, parsed.max_offsets, parsed.timeout) == (
         ("a", "b"), "earliest", 10, 60.0)
     for options, key in (({"subscribe": "a"}, "bootstrap.servers"),
                          ({"bootstrap.servers": "h:1"}, "subscribe"),
@@ -96,11 +100,112 @@ assert not _source._ADMISSION
 reader = _source.ReadCommittedKafkaSource({"bootstrap.servers": "h:1", "subscribe": "t"})
 assert type(reader.streamReader(None)) is _source._StreamReader
 try:
-    _source._Options.parse({"bootstrap.servers": "h:1", "subscribe": "t",
-                            "maxOffsetsPerTrigger": "10"})
+    _source.Options.parse({"bootstrap.servers": "h:1", "subscribe": "t",
+                           "maxOffsetsPerTrigger": "10"}, read_limits=_source._ADMISSION)
 except ConfigError as exc:
     assert exc.key == "maxOffsetsPerTrigger" and "4.2" in str(exc), exc
 else:
     raise AssertionError("the cap was accepted")
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+BASE = {"bootstrap.servers": "h:1"}
+TPS = [TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)]
+
+
+def ends(tps: list[TopicPartition], which: str) -> dict[TopicPartition, int]:
+    """A stand-in for the brokers: every partition begins at 5 and its LSO is 100."""
+    return dict.fromkeys(tps, 5 if which == "earliest" else 100)
+
+
+def test_starting_offsets_as_json_per_partition_with_earliest_and_latest_codes() -> None:
+    parsed = _Options.parse({**BASE, "subscribe": "a,b",
+                             "startingOffsets": '{"a": {"0": 23, "01": -2}, "b": {"0": -1}}'})
+    assert parsed.starting == {"a": {"0": 23, "1": -2}, "b": {"0": -1}}
+    assert resolve(parsed.starting, TPS, "startingOffsets", ends) == {
+        "a": {"0": 23, "1": 5}, "b": {"0": 100}}
+    assert resolve("latest", TPS, "startingOffsets", ends) == {"a": {"0": 100, "1": 100},
+                                                               "b": {"0": 100}}
+
+
+@pytest.mark.parametrize("spec", ['{"a": {"0": 23}}',                        # a-1, b-0 missing
+                                  '{"a": {"0": 1, "1": 1, "2": 1}, "b": {"0": 1}}'])  # a-2 extra
+def test_json_offsets_must_name_every_partition_read_as_spark_requires(spec: str) -> None:
+    starting = _Options.parse({**BASE, "subscribe": "a,b", "startingOffsets": spec}).starting
+    with pytest.raises(ConfigError, match="every partition") as raised:
+        resolve(starting, TPS, "startingOffsets", ends)
+    assert raised.value.key == "startingOffsets"
+
+
+@pytest.mark.parametrize(("options", "mode", "key"), [
+    ({"startingOffsets": '{"a": {"0": -3}}'}, "stream", "startingOffsets"),
+    ({"startingOffsets": '{"a": {"x": 1}}'}, "stream", "startingOffsets"),
+    ({"startingOffsets": '{"a": {"0": "1"}}'}, "stream", "startingOffsets"),
+    ({"startingOffsets": '{"a": [0]}'}, "stream", "startingOffsets"),
+    ({"startingOffsets": '{"a": {"0": 1}'}, "stream", "startingOffsets"),   # not JSON
+    ({"startingOffsets": "[1]"}, "stream", "startingOffsets"),
+    ({"endingOffsets": "latest"}, "stream", "endingOffsets"),      # a stream has no end
+    ({"startingOffsets": "latest"}, "batch", "startingOffsets"),   # Spark: not for batch
+    ({"startingOffsets": '{"a": {"0": -1}}'}, "batch", "startingOffsets"),
+    ({"endingOffsets": "earliest"}, "batch", "endingOffsets"),
+    ({"endingOffsets": '{"a": {"0": -2}}'}, "batch", "endingOffsets"),
+    ({"endingOffsets": "soon"}, "batch", "endingOffsets"),
+])
+def test_offsets_options_are_checked_per_mode_and_named(
+        options: dict[str, str], mode: str, key: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        _Options.parse({**BASE, "subscribe": "a", **options}, mode)  # type: ignore[arg-type]
+    assert raised.value.key == key
+
+
+def test_a_batch_read_defaults_to_earliest_through_latest_and_takes_json_ends() -> None:
+    parsed = _Options.parse({**BASE, "subscribe": "a"}, "batch")
+    assert (parsed.starting, parsed.ending) == ("earliest", "latest")
+    parsed = _Options.parse({**BASE, "subscribe": "a", "startingOffsets": '{"a": {"0": -2}}',
+                             "endingOffsets": '{"a": {"0": 7, "1": -1}}'}, "batch")
+    assert (parsed.starting, parsed.ending) == ({"a": {"0": -2}}, {"a": {"0": 7, "1": -1}})
+
+
+def test_assign_and_subscribe_pattern_choose_the_partitions() -> None:
+    assign = _Options.parse({**BASE, "assign": '{"b": [1, 0], "a": [2]}'}).subscription
+    assert assign.partitions(list, len) == [TopicPartition("a", 2), TopicPartition("b", 0),
+                                            TopicPartition("b", 1)]
+    pattern = _Options.parse({**BASE, "subscribePattern": "in-.*"}).subscription
+    listed = ["in-1", "in-22", "xin-1", "in", "in-3x"]
+    assert pattern.partitions(lambda: listed, lambda t: 2) == [
+        TopicPartition(t, p) for t in ("in-1", "in-22", "in-3x") for p in (0, 1)]
+    # Matched whole, as Java's Pattern.matches: "in-1" does not match "in".
+    exact = _Options.parse({**BASE, "subscribePattern": "in"}).subscription
+    assert exact.partitions(lambda: listed, lambda t: 1) == [TopicPartition("in", 0)]
+
+
+@pytest.mark.parametrize(("options", "key"), [
+    ({"subscribe": "a", "assign": '{"a": [0]}'}, "assign"),
+    ({"subscribe": "a", "subscribePattern": "a.*"}, "subscribePattern"),
+    ({"assign": '{"a": [0]}', "subscribePattern": "a.*"}, "subscribePattern"),
+    ({"assign": '{"a": 0}'}, "assign"),
+    ({"assign": '{"a": []}'}, "assign"),
+    ({"assign": '{"a": [-1]}'}, "assign"),
+    ({"assign": "{}"}, "assign"),
+    ({"assign": "a:0"}, "assign"),
+    ({"subscribePattern": "in-(["}, "subscribePattern"),
+    ({"subscribe": " , "}, "subscribe"),
+])
+def test_exactly_one_way_to_choose_partitions_well_formed(options: dict[str, str],
+                                                          key: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        _Options.parse({**BASE, **options})
+    assert raised.value.key == key
+
+
+def test_a_json_start_past_the_lso_is_kept_not_moved_back() -> None:
+    # A batch's end used to be the LSO even when the start was past it: the start was lost.
+    assert _held({"t": {"0": 500}}, {"t": {"0": 100, "1": 3}}) == {"t": {"0": 500, "1": 3}}
+
+
+def test_ranges_are_planned_where_there_are_offsets_to_read() -> None:
+    options = _Options.parse({**BASE, "subscribe": "t", "timeoutSeconds": "5"})
+    ranges = _ranges(options, {"t": {"0": 3, "1": 9}}, {"t": {"0": 8, "1": 9, "2": 4}})
+    assert [(r.topic, r.partition, r.start, r.end, r.timeout) for r in ranges] == [  # type: ignore[attr-defined]
+        ("t", 0, 3, 8, 5.0), ("t", 2, 0, 4, 5.0)]

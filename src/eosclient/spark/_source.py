@@ -1,11 +1,14 @@
-"""A Spark streaming source that reads Kafka topics with read_committed, without the JVM connector.
+"""Spark's ``eosclient-kafka`` reader: a streaming source and a batch reader that read Kafka
+topics with read_committed, without the JVM connector.
 
 Theory of operation. Spark's Python data source API (``pyspark.sql.datasource``, Spark 4) plans
 each micro-batch as an offset range per Kafka partition: ``latestOffset`` answers each
 partition's *last stable offset* (LSO), ``partitions(start, end)`` turns the ranges into one
 input partition per Kafka partition, and ``read`` runs on an executor: a
 :class:`~eosclient.ReadCommittedConsumer` without a group, assigned that one partition, sought
-to the range's start, polled until its position reaches the range's end.
+to the range's start, polled until its position reaches the range's end (:func:`read_range`).
+A batch read (``spark.read``) is one such plan, from ``startingOffsets`` to ``endingOffsets``,
+read the same way.
 
 Why this is exactly-once with a replay. Below the LSO every transaction is decided, so the
 committed records of ``[start, end)`` are the same whenever and however often the range is read:
@@ -14,10 +17,19 @@ with :class:`~eosclient.spark.ExactlyOnceKafkaSink`, Kafka -> Spark -> Kafka is 
 The reader's position jumps over aborted records and control markers, so a range may deliver
 fewer rows than ``end - start``.
 
-Options (``spark.readStream.format("eosclient-kafka").option(...)``):
+Options (``spark.readStream.format("eosclient-kafka").option(...)``; parsed and checked in
+:mod:`eosclient.spark._source_options`, with the meaning Spark's Kafka source gives them):
 
-* ``bootstrap.servers`` (required) and ``subscribe``: a comma-separated list of topics;
-* ``startingOffsets``: ``earliest`` (default) or ``latest`` (the LSO when the query starts);
+* ``bootstrap.servers`` (required);
+* what to read, exactly one of: ``subscribe`` (comma-separated topics), ``assign`` (JSON
+  ``{"topicA": [0, 1]}``) or ``subscribePattern`` (a regular expression matched against whole
+  topic names with Python's ``re.fullmatch``: Java's syntax for ordinary patterns; topics
+  created later that match are read from the next micro-batch on, from their beginning);
+* ``startingOffsets``: ``earliest`` (default), ``latest`` (the LSO when the query starts; not
+  for batch reads), or JSON per partition (``{"topicA": {"0": 23, "1": -2}}``; -2 earliest,
+  -1 latest, not in batch reads) naming every partition read;
+* ``endingOffsets`` (batch reads only): ``latest`` (default: the LSO when the read is planned)
+  or JSON per partition, -1 for latest;
 * ``maxOffsetsPerTrigger``: at most this many offsets per micro-batch, shared over the
   partitions in proportion to their lag, as Spark's Kafka source shares it (pyspark 4.2+);
 * ``timeoutSeconds``: how long one range may take to read (default 60): a range not read by
@@ -32,25 +44,32 @@ arguments and answers the LSOs, Spark runs AvailableNow as one batch, and ``maxO
 is refused (a ConfigError) rather than ignored.
 
 Columns: ``key`` and ``value`` (binary), ``topic``, ``partition``, ``offset``, ``timestamp``
-(UTC), ``headers`` (array of ``key`` string, ``value`` binary), as Spark's Kafka source names
-them.
+(UTC), ``timestampType`` (0 CreateTime, 1 LogAppendTime: the record's batch says which),
+``headers`` (array of ``key`` string, ``value`` binary), as Spark's Kafka source names and
+orders them.
 """
 
 from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 
 from eosclient._core.types import TopicPartition
 from eosclient._processor.topics import partition_count
+from eosclient.admin import Admin
 from eosclient.consumer import ReadCommittedConsumer
 from eosclient.errors import ConfigError, KafkaTimeoutError
-from eosclient.spark._writer import positive_option
+from eosclient.spark._source_options import Offsets, Options, Spec, resolve
 
 try:  # pyspark 4.2+: read limits and Trigger.AvailableNow for Python sources (SPARK-55304)
     from pyspark.sql.streaming.datasource import (
@@ -63,22 +82,24 @@ try:  # pyspark 4.2+: read limits and Trigger.AvailableNow for Python sources (S
 except ImportError:  # pyspark 4.1: latestOffset() takes no arguments; the names stay unused
     _ADMISSION = False
 
-__all__ = ["SCHEMA", "ReadCommittedKafkaSource"]
+__all__ = ["SCHEMA", "ReadCommittedKafkaSource", "read_range"]
 
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
-          "timestamp timestamp, headers array<struct<key: string, value: binary>>")
+          "timestamp timestamp, timestampType int, headers array<struct<key: string, "
+          "value: binary>>")
 _UTC = datetime.UTC
-Offsets = dict[str, dict[str, int]]  # topic -> partition (a str: JSON keys) -> offset
 
 
 class ReadCommittedKafkaSource(DataSource):
-    """The ``eosclient-kafka`` streaming source (see the module docstring).
+    """The ``eosclient-kafka`` reader, streaming and batch (see the module docstring).
 
     Register it once per session, then read::
 
         spark.dataSource.register(ReadCommittedKafkaSource)
         df = (spark.readStream.format("eosclient-kafka")
               .option("bootstrap.servers", "127.0.0.1:9092").option("subscribe", "in").load())
+        once = (spark.read.format("eosclient-kafka")
+                .option("bootstrap.servers", "127.0.0.1:9092").option("subscribe", "in").load())
     """
 
     @classmethod
@@ -89,45 +110,11 @@ class ReadCommittedKafkaSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        options = _Options.parse(self.options)
+        options = Options.parse(self.options, "stream", read_limits=_ADMISSION)
         return _AvailableNowReader(options) if _ADMISSION else _StreamReader(options)
 
-
-@dataclass(frozen=True, slots=True)
-class _Options:
-    bootstrap_servers: str
-    topics: tuple[str, ...]
-    starting: str
-    max_offsets: int | None
-    timeout: float
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> _Options:
-        """Raises ConfigError naming the option."""
-        def get(key: str, default: str | None = None) -> str | None:
-            for name, value in options.items():
-                if name.lower() == key.lower():
-                    return value
-            return default
-
-        servers = get("bootstrap.servers") or get("kafka.bootstrap.servers")
-        if not servers:
-            raise ConfigError("the source needs the brokers: .option('bootstrap.servers', "
-                              "'host:port')", key="bootstrap.servers")
-        topics = tuple(t.strip() for t in (get("subscribe") or "").split(",") if t.strip())
-        if not topics:
-            raise ConfigError("name the topics to read: .option('subscribe', 'a,b')",
-                              key="subscribe")
-        starting = (get("startingOffsets", "earliest") or "").lower()
-        if starting not in ("earliest", "latest"):
-            raise ConfigError(f"must be earliest or latest, got {starting!r}",
-                              key="startingOffsets")
-        max_offsets = positive_option(get("maxOffsetsPerTrigger"), "maxOffsetsPerTrigger", int)
-        if max_offsets is not None and not _ADMISSION:
-            raise ConfigError("needs pyspark 4.2 or later (read limits for Python sources)",
-                              key="maxOffsetsPerTrigger")
-        return cls(servers, topics, starting, max_offsets,
-                   positive_option(get("timeoutSeconds"), "timeoutSeconds", float) or 60.0)
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _BatchReader(Options.parse(self.options, "batch"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,28 +129,79 @@ class _Range(InputPartition):
     timeout: float
 
 
+class _Brokers:
+    """The planner's questions to the brokers: which partitions are read now, and where each
+    begins or ends. One consumer (no group) kept until :meth:`close`, and for
+    ``subscribePattern`` one admin client, to list the topics."""
+
+    def __init__(self, options: Options) -> None:
+        self._options = options
+        self._consumer: ReadCommittedConsumer | None = None
+        self._admin: Admin | None = None
+
+    def partitions(self) -> list[TopicPartition]:
+        """The partitions read now, found anew (new partitions, new matching topics)."""
+        options = self._options
+        return options.subscription.partitions(
+            self._topics,
+            lambda topic: partition_count(options.bootstrap_servers, topic, options.timeout))
+
+    def offsets(self, spec: Spec, key: str,
+                partitions: list[TopicPartition] | None = None) -> Offsets:
+        """``spec`` (an option's value, named ``key`` in errors) as offsets of ``partitions``
+        (default: those read now)."""
+        tps = self.partitions() if partitions is None else partitions
+        return resolve(spec, tps, key, self._positions)
+
+    def close(self) -> None:
+        for client in (self._consumer, self._admin):
+            if client is not None:
+                client.close()
+        self._consumer = self._admin = None
+
+    def _topics(self) -> list[str]:
+        if self._admin is None:
+            self._admin = Admin(self._options.bootstrap_servers)
+        return self._admin.list_topics(timeout=self._options.timeout)
+
+    def _positions(self, tps: list[TopicPartition], which: str) -> dict[TopicPartition, int]:
+        """Each partition's start (``earliest``) or LSO (``latest``)."""
+        consumer = self._consumer
+        if consumer is None:
+            consumer = self._consumer = ReadCommittedConsumer(self._options.bootstrap_servers)
+        if set(consumer.assignment()) != set(tps):
+            consumer.assign(tps)
+        (consumer.seek_to_beginning if which == "earliest" else consumer.seek_to_end)(tps)
+        return {tp: consumer.position(tp, self._options.timeout) for tp in tps}
+
+
 class _StreamReader(DataSourceStreamReader):
-    """Offsets on the driver (one consumer kept for the query), ranges read on executors.
+    """Offsets on the driver (one :class:`_Brokers` kept for the query), ranges read on
+    executors.
 
     Spark calls ``latestOffset(start, limit)`` from pyspark 4.2 (it reads the signature), and
     ``latestOffset()`` in 4.1.
     """
 
-    def __init__(self, options: _Options) -> None:
+    def __init__(self, options: Options) -> None:
         self._options = options
-        self._consumer: ReadCommittedConsumer | None = None
+        self._brokers = _Brokers(options)
         self._target: Offsets | None = None   # Trigger.AvailableNow's end, fixed at its start
 
     def initialOffset(self) -> Offsets:
-        return self._ends(self._options.starting)
+        return self._brokers.offsets(self._options.starting, "startingOffsets")
 
     def latestOffset(self, start: Offsets | None = None,
                      limit: ReadLimit | None = None) -> Offsets:
         if start is None:       # pyspark 4.1: no start, so no limit
-            return self._ends("latest")
-        latest = self._ends("latest") if self._target is None else _held(start, self._target)
+            return self._latest()
+        # Never behind the start: a JSON startingOffsets past the LSO waits for it.
+        latest = _held(start, self._latest() if self._target is None else self._target)
         budget = self._budget(limit)
         return latest if budget is None else _capped(start, latest, budget)
+
+    def _latest(self) -> Offsets:
+        return self._brokers.offsets("latest", "startingOffsets")
 
     def _budget(self, limit: ReadLimit | None) -> int | None:
         """The offsets a batch may take: none for ReadAllAvailable (Trigger.Once, or Spark's
@@ -175,11 +213,7 @@ class _StreamReader(DataSourceStreamReader):
         return self._options.max_offsets
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
-        options = self._options
-        return [_Range(options.bootstrap_servers, topic, int(p), _start_of(start, topic, p),
-                       stop, options.timeout)
-                for topic, ends in end.items() for p, stop in ends.items()
-                if stop > _start_of(start, topic, p)]
+        return _ranges(self._options, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, _Range)
@@ -189,27 +223,7 @@ class _StreamReader(DataSourceStreamReader):
         """Nothing to do: Spark's checkpoint keeps the offsets."""
 
     def stop(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
-
-    def _ends(self, which: str) -> Offsets:
-        """Each partition's start (``earliest``) or LSO (``latest``), partitions found anew."""
-        options = self._options
-        tps = [TopicPartition(topic, p) for topic in options.topics
-               for p in range(partition_count(options.bootstrap_servers, topic,
-                                              options.timeout))]
-        consumer = self._consumer
-        if consumer is None:
-            consumer = self._consumer = ReadCommittedConsumer(options.bootstrap_servers)
-        if set(consumer.assignment()) != set(tps):
-            consumer.assign(tps)
-        (consumer.seek_to_beginning if which == "earliest" else consumer.seek_to_end)(tps)
-        out: Offsets = {}
-        for tp in tps:
-            out.setdefault(tp.topic, {})[str(tp.partition)] = consumer.position(
-                tp, options.timeout)
-        return out
+        self._brokers.close()
 
 
 if _ADMISSION:
@@ -223,13 +237,56 @@ if _ADMISSION:
         def prepareForTriggerAvailableNow(self) -> None:
             """Fix the run's end: each partition's LSO now. A partition created later, and
             whatever is committed later, waits for the next run."""
-            self._target = self._ends("latest")
+            self._target = self._latest()
+
+
+class _BatchReader(DataSourceReader):
+    """``spark.read``: one plan from ``startingOffsets`` to ``endingOffsets`` over the
+    partitions read when it is planned, its ranges read as a stream's are."""
+
+    def __init__(self, options: Options) -> None:
+        self._options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """The ranges (planned on the driver).
+
+        Raises:
+            ConfigError: a JSON offsets option does not name exactly the partitions read, or
+                a partition would end before it starts (``endingOffsets``).
+        """
+        options = self._options
+        brokers = _Brokers(options)
+        try:
+            tps = brokers.partitions()
+            start = brokers.offsets(options.starting, "startingOffsets", tps)
+            end = brokers.offsets(options.ending, "endingOffsets", tps)
+        finally:
+            brokers.close()
+        behind = [f"{topic}-{p} ends at {stop} before it starts at {start[topic][p]}"
+                  for topic, ends in end.items() for p, stop in ends.items()
+                  if stop < start[topic][p]]
+        if behind:
+            raise ConfigError("; ".join(behind), key="endingOffsets")
+        return _ranges(options, start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, _Range)
+        return read_range(partition)
+
+
+def _ranges(options: Options, start: Offsets, end: Offsets) -> list[InputPartition]:
+    """One :class:`_Range` per partition with offsets between ``start`` and ``end``."""
+    return [_Range(options.bootstrap_servers, topic, int(p), _start_of(start, topic, p), stop,
+                   options.timeout)
+            for topic, ends in end.items() for p, stop in ends.items()
+            if stop > _start_of(start, topic, p)]
 
 
 def _held(start: Offsets, target: Offsets) -> Offsets:
-    """The latest offsets of an AvailableNow run: ``target``, never behind ``start`` (an LSO
-    can move back when a log is truncated), with ``start``'s partitions kept, so the run
-    reaches an end equal to its start, and Spark stops it."""
+    """A batch's latest offsets: ``target`` (the LSOs, or an AvailableNow run's end), never
+    behind ``start`` (an LSO can move back when a log is truncated; a JSON startingOffsets may
+    be past it), with ``start``'s partitions kept (a topic no longer matched, deleted), so an
+    AvailableNow run reaches an end equal to its start, and Spark stops it."""
     out = {topic: {p: max(end, _start_of(start, topic, p)) for p, end in ends.items()}
            for topic, ends in target.items()}
     for topic, ends in start.items():
@@ -283,11 +340,14 @@ def read_range(part: _Range) -> Iterator[tuple[Any, ...]]:
                 raise KafkaTimeoutError(
                     f"{part.topic}-{part.partition}: offsets {part.start}..{part.end} not read "
                     f"within {part.timeout:g} s (position {consumer.position(tp)})")
-            for r in consumer.poll(min(left, 1.0)):
-                if r.offset >= part.end:
-                    return
-                stamp = datetime.datetime.fromtimestamp(r.timestamp_ms / 1000, tz=_UTC)
-                yield (r.key, r.value, r.topic, r.partition, r.offset, stamp,
-                       [(k, v) for k, v in r.headers])
+            for c in consumer.poll_batch(min(left, 1.0)).values():
+                for offset, key, value, stamp, kind, headers in zip(
+                        c.offsets, c.keys, c.values, c.timestamps, c.timestamp_types,
+                        c.headers, strict=True):
+                    if offset >= part.end:
+                        return
+                    yield (key, value, part.topic, part.partition, offset,
+                           datetime.datetime.fromtimestamp(stamp / 1000, tz=_UTC), kind,
+                           [(k, v) for k, v in headers])
     finally:
         consumer.close()
