@@ -1,17 +1,20 @@
 """Kafka -> Spark -> Kafka, exactly once, with no JVM connector: ReadCommittedKafkaSource feeding
 ExactlyOnceKafkaSink, on real brokers, judged by the checker (``eos.src`` headers built in Spark
-from the source's topic, partition and offset columns)."""
+from the source's topic, partition and offset columns). Then the reader's options, on noida-db:
+offsets per partition, assign, subscribePattern, the batch reader, the timestampType column."""
 
 from __future__ import annotations
 
+import datetime
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
-from eosclient import ReadCommittedConsumer, TopicPartition, TransactionalProducer
+from eosclient import Admin, ReadCommittedConsumer, TopicPartition, TransactionalProducer
 from eosclient.processor import SOURCE_HEADER
 from eosclient.spark import ExactlyOnceKafkaSink, ReadCommittedKafkaSource
 from eosclient.testing import topics
@@ -143,6 +146,10 @@ def test_available_now_reads_what_was_committed_at_its_start_then_stops(
     ({}, r"bootstrap\.servers"),
     ({"bootstrap.servers": "127.0.0.1:9", "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
     ({"bootstrap.servers": "127.0.0.1:9", "maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger"),
+    ({"bootstrap.servers": "127.0.0.1:9", "assign": '{"t": [0]}'}, "assign"),
+    ({"bootstrap.servers": "127.0.0.1:9", "startingOffsets": '{"t": {"0": -3}}'},
+     "startingOffsets"),
+    ({"bootstrap.servers": "127.0.0.1:9", "endingOffsets": "latest"}, "endingOffsets"),
 ])
 def test_bad_options_fail_when_the_query_starts(
         spark: SparkSession, tmp_path: Path, options: dict[str, str], error: str) -> None:
@@ -153,3 +160,117 @@ def test_bad_options_fail_when_the_query_starts(
              .option("checkpointLocation", str(tmp_path / "c")).start())
     with pytest.raises(Exception, match=error):
         query.awaitTermination(60)
+
+
+def values_of(frame: DataFrame) -> set[str]:
+    return {r.value.decode() for r in frame.select("value").collect()}
+
+
+def committed_values(rounds: range, partition: int, below: int | None = None) -> set[str]:
+    """What write() committed to ``partition`` (offsets below ``below`` only, when given: a
+    transaction holds 15 records per partition and its marker)."""
+    values = [f"{t}-{i}" for t in rounds for i in range(30) if i % PARTITIONS == partition
+              and t % 3 != 1]
+    if below is not None:
+        assert rounds.start == 0 and below <= 15  # within the first, committed, transaction
+        values = values[:below]
+    return set(values)
+
+
+def read_stream(spark: SparkSession, options: dict[str, str], checkpoint: Path) -> list[str]:
+    """One availableNow run of the source with ``options``: the values read."""
+    rows: list[str] = []
+
+    def collect(df: DataFrame, batch_id: int) -> None:
+        rows.extend(r.value.decode() for r in df.select("value").collect())
+
+    query = (spark.readStream.format("eosclient-kafka").options(**options).load()
+             .writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(120), "the query did not finish"
+    assert query.exception() is None
+    return rows
+
+
+def test_starting_offsets_per_partition_and_assign(
+        spark: SparkSession, noida_broker: RunningBroker, unique_name: Names,
+        tmp_path: Path) -> None:
+    spark.dataSource.register(ReadCommittedKafkaSource)
+    source = topics.create_topic(noida_broker, unique_name("in"), PARTITIONS)
+    write(noida_broker, source, unique_name("w"), range(0, 3))
+    servers = {"bootstrap.servers": noida_broker.bootstrap_servers}
+    # Partition 0 from its LSO (nothing yet), partition 1 from offset 5.
+    rows = read_stream(spark, {**servers, "subscribe": source,
+                               "startingOffsets": json.dumps({source: {"0": -1, "1": 5}})},
+                       tmp_path / "json")
+    assert sorted(rows) == sorted(committed_values(range(3), 1) - committed_values(range(1), 1, 5))
+    # assign: partition 0 only, from its earliest offset (-2).
+    rows = read_stream(spark, {**servers, "assign": json.dumps({source: [0]}),
+                               "startingOffsets": json.dumps({source: {"0": -2}})},
+                       tmp_path / "assign")
+    assert sorted(rows) == sorted(committed_values(range(3), 0))
+
+
+def test_subscribe_pattern_reads_a_topic_created_after_the_query_started(
+        spark: SparkSession, noida_broker: RunningBroker, unique_name: Names,
+        tmp_path: Path) -> None:
+    spark.dataSource.register(ReadCommittedKafkaSource)
+    prefix = unique_name("pat")
+    first = topics.create_topic(noida_broker, f"{prefix}-a", PARTITIONS)
+    # Matches in part only: not read (re.search would read it; the whole name must match).
+    partly = topics.create_topic(noida_broker, f"x{prefix}-b", PARTITIONS)
+    write(noida_broker, first, unique_name("w"), range(0, 1))
+    write(noida_broker, partly, unique_name("w"), range(0, 1))
+    seen: list[tuple[str, str]] = []
+
+    def collect(df: DataFrame, batch_id: int) -> None:
+        seen.extend((r.topic, r.value.decode()) for r in df.select("topic", "value").collect())
+
+    query = (spark.readStream.format("eosclient-kafka")
+             .option("bootstrap.servers", noida_broker.bootstrap_servers)
+             .option("subscribePattern", re.escape(prefix) + "-.*").load()
+             .writeStream.foreachBatch(collect)
+             .option("checkpointLocation", str(tmp_path / "c")).start())
+    try:
+        query.processAllAvailable()
+        assert {topic for topic, _ in seen} == {first} and len(seen) == 30
+        later = topics.create_topic(noida_broker, f"{prefix}-c", PARTITIONS)
+        write(noida_broker, later, unique_name("w"), range(0, 1))
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert sorted(v for t, v in seen if t == later) == sorted(f"0-{i}" for i in range(30))
+    assert len(seen) == 60, seen
+
+
+def test_a_batch_read_ends_at_ending_offsets_and_tells_each_timestamp_type(
+        spark: SparkSession, noida_broker: RunningBroker, unique_name: Names) -> None:
+    spark.dataSource.register(ReadCommittedKafkaSource)
+    source = topics.create_topic(noida_broker, unique_name("in"), PARTITIONS)
+    write(noida_broker, source, unique_name("w"), range(0, 3))
+    appended = unique_name("lat")
+    with Admin(noida_broker.bootstrap_servers) as admin:   # noida-db honours it (Tansu: not)
+        admin.create_topic(appended, PARTITIONS,
+                           config={"message.timestamp.type": "LogAppendTime"})
+    write(noida_broker, appended, unique_name("w"), range(0, 1))
+    def reader(topics_read: str) -> DataFrameReader:   # a new one: options accumulate
+        return spark.read.format("eosclient-kafka").option(
+            "bootstrap.servers", noida_broker.bootstrap_servers).option("subscribe", topics_read)
+
+    # Partition 0 to its LSO (-1), partition 1 to offset 10; from earliest, the default.
+    frame = reader(source).option(
+        "endingOffsets", json.dumps({source: {"0": -1, "1": 10}})).load()
+    assert values_of(frame) == committed_values(range(3), 0) | committed_values(range(1), 1, 10)
+    assert frame.columns == ["key", "value", "topic", "partition", "offset", "timestamp",
+                             "timestampType", "headers"]
+    now = datetime.datetime.now()  # Spark gives the session's local time, naive
+    stamps = frame.select("timestamp", "timestampType").collect()
+    assert {r.timestampType for r in stamps} == {0}     # CreateTime, set by the producer
+    assert all(abs((r.timestamp - now).total_seconds()) < 600 for r in stamps)
+    both = reader(f"{source},{appended}").load()
+    kinds = {(r.topic, r.timestampType) for r in both.select("topic", "timestampType").collect()}
+    assert kinds == {(source, 0), (appended, 1)}
+    # The default end: each partition's LSO.
+    assert values_of(reader(source).load()) == committed_values(
+        range(3), 0) | committed_values(range(3), 1)
