@@ -209,3 +209,36 @@ def test_ranges_are_planned_where_there_are_offsets_to_read() -> None:
     ranges = _ranges(options, {"t": {"0": 3, "1": 9}}, {"t": {"0": 8, "1": 9, "2": 4}})
     assert [(r.topic, r.partition, r.start, r.end, r.timeout) for r in ranges] == [  # type: ignore[attr-defined]
         ("t", 0, 3, 8, 5.0), ("t", 2, 0, 4, 5.0)]
+
+
+class FakeBrokers:
+    """The planner's broker questions answered by :func:`ends` (partitions a-0 and a-1)."""
+
+    def __init__(self, options: _Options) -> None:
+        self.closed = False
+
+    def partitions(self) -> list[TopicPartition]:
+        return TPS[:2]
+
+    def offsets(self, spec: str | dict[str, dict[str, int]], key: str,
+                partitions: list[TopicPartition]) -> dict[str, dict[str, int]]:
+        return resolve(spec, partitions, key, ends)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_batch_read_plans_its_ranges_and_refuses_an_end_before_the_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from eosclient.spark import _source  # noqa: PLC0415 - patched for this test only
+    monkeypatch.setattr(_source, "_Brokers", FakeBrokers)
+    source = _source.ReadCommittedKafkaSource(
+        {**BASE, "subscribe": "a", "endingOffsets": '{"a": {"0": 50, "1": -1}}'})
+    ranges = source.reader(None).partitions()
+    assert [(r.partition, r.start, r.end) for r in ranges] == [  # type: ignore[attr-defined]
+        (0, 5, 50), (1, 5, 100)]
+    behind = _source.ReadCommittedKafkaSource(
+        {**BASE, "subscribe": "a", "endingOffsets": '{"a": {"0": 3, "1": -1}}'})
+    with pytest.raises(ConfigError, match="a-0 ends at 3 before it starts at 5") as raised:
+        behind.reader(None).partitions()
+    assert raised.value.key == "endingOffsets"
