@@ -24,6 +24,22 @@ pytestmark = [pytest.mark.broker]
 TIMEOUT = 15.0
 
 
+def _hold_open(producer: TransactionalProducer, topic: str) -> None:
+    """Begin a transaction and write one record to partition 0, left open."""
+    producer.begin_transaction()
+    producer.send(topic, b"open", partition=0)
+    producer.flush(TIMEOUT)
+
+
+def _commit_with_offsets(producer: TransactionalProducer, topic: str, value: bytes,
+                         offsets: dict[TopicPartition, int], group: str) -> None:
+    """One record to partition 0 and ``offsets`` for ``group``, in a committed transaction."""
+    producer.begin_transaction()
+    producer.send(topic, value, partition=0)
+    producer.send_offsets_to_transaction(offsets, group)
+    producer.commit_transaction(TIMEOUT)
+
+
 def test_committed_offsets_wait_for_an_earlier_open_transaction(
         tansu_broker: RunningBroker, unique_name: Callable[[str], str]) -> None:
     servers = tansu_broker.bootstrap_servers
@@ -34,13 +50,8 @@ def test_committed_offsets_wait_for_an_earlier_open_transaction(
             ReadCommittedConsumer(servers, group_id=group) as reader:
         first.init_transactions(TIMEOUT)
         second.init_transactions(TIMEOUT)
-        first.begin_transaction()
-        first.send(topic, b"open", partition=0)
-        first.flush(TIMEOUT)
-        second.begin_transaction()
-        second.send(topic, b"committed", partition=0)
-        second.send_offsets_to_transaction({tp: 7}, group)
-        second.commit_transaction(TIMEOUT)  # answered NONE
+        _hold_open(first, topic)
+        _commit_with_offsets(second, topic, b"committed", {tp: 7}, group)  # answered NONE
         assert reader.committed([tp], TIMEOUT) == {tp: None}  # Kafka: 7
         first.commit_transaction(TIMEOUT)
         assert reader.committed([tp], TIMEOUT) == {tp: 7}
@@ -60,13 +71,8 @@ def test_deferred_offsets_are_dropped_when_the_same_producer_aborts_its_next_tra
             ReadCommittedConsumer(servers, group_id=group) as reader:
         first.init_transactions(TIMEOUT)
         second.init_transactions(TIMEOUT)
-        first.begin_transaction()
-        first.send(topic, b"open", partition=0)
-        first.flush(TIMEOUT)
-        second.begin_transaction()
-        second.send(topic, b"committed", partition=0)
-        second.send_offsets_to_transaction({tp: 7}, group)
-        second.commit_transaction(TIMEOUT)  # deferred behind the open one
+        _hold_open(first, topic)
+        _commit_with_offsets(second, topic, b"committed", {tp: 7}, group)  # deferred: one is open
         second.begin_transaction()
         second.send(topic, b"aborted", partition=0)
         second.flush(TIMEOUT)
@@ -89,21 +95,13 @@ def test_an_older_epochs_deferred_offsets_are_applied_after_a_newer_epochs(
     with TransactionalProducer(servers, transactional_id=unique_name("a")) as first, \
             ReadCommittedConsumer(servers, group_id=group) as reader:
         first.init_transactions(TIMEOUT)
-        first.begin_transaction()
-        first.send(topic, b"open", partition=0)
-        first.flush(TIMEOUT)
+        _hold_open(first, topic)
         with TransactionalProducer(servers, transactional_id=txn) as old:
             old.init_transactions(TIMEOUT)
-            old.begin_transaction()
-            old.send(topic, b"older", partition=0)
-            old.send_offsets_to_transaction({tp: 5}, group)
-            old.commit_transaction(TIMEOUT)  # deferred behind the open one
+            _commit_with_offsets(old, topic, b"older", {tp: 5}, group)  # deferred: one is open
         with TransactionalProducer(servers, transactional_id=txn) as new:
             new.init_transactions(TIMEOUT)  # a new epoch; the old one's state stays
-            new.begin_transaction()
-            new.send(topic, b"newer", partition=0)
-            new.send_offsets_to_transaction({tp: 9}, group)
-            new.commit_transaction(TIMEOUT)  # deferred too
+            _commit_with_offsets(new, topic, b"newer", {tp: 9}, group)  # deferred too
             reader.commit({tp: 9}, TIMEOUT)  # plainly: the group shows 9 now
             assert reader.committed([tp], TIMEOUT) == {tp: 9}
         first.commit_transaction(TIMEOUT)
