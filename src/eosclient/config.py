@@ -448,8 +448,9 @@ class ProducerConfig(ClientConfig):
         "enable.idempotence", _idempotence, "must be True"))
     linger_ms: float = field(default=5.0, metadata=setting(
         "linger.ms", number(0.0), "how long a batch that is not full waits for more records"))
-    batch_size: int = field(default=16_384, metadata=setting(
-        "batch.size", integer(1), "bytes per batch"))
+    batch_size: int = field(default=1_000_000, metadata=setting(
+        "batch.size", integer(1),
+        "bytes per batch, uncompressed (librdkafka's default; buffer.memory counts what fills)"))
     max_request_size: int = field(default=1_048_576, metadata=setting(
         "max.request.size", integer(1), "largest record, and the byte budget of one request"))
     compression_type: str = field(default="none", metadata=setting(

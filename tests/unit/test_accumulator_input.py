@@ -18,6 +18,7 @@ from kafka.record.memory_records import MemoryRecords
 from eosclient._core.accumulator import AccumulatorSettings, ReadyBatch, RecordAccumulator
 from eosclient._core.decode import decode_batches
 from eosclient._core.delivery import RecordDelivery
+from eosclient._core.encoder import BatchWriter
 from eosclient._core.partitioner import (
     StickyPartitions,
     default_partitioner,
@@ -205,7 +206,7 @@ def hold(acc: RecordAccumulator, tp: TopicPartition = TP0, value: bytes = VALUE,
     acc.append(tp, None, value, None, timestamp_ms=0, now=now, generation=generation)
 
 
-def test_each_open_batch_counts_batch_size_until_it_settles() -> None:
+def test_each_open_batch_counts_what_it_may_take_until_it_settles() -> None:
     acc = accumulator(batch_size=1000, buffer_memory=2500)
     hold(acc)
     hold(acc)  # the same batch
@@ -217,6 +218,42 @@ def test_each_open_batch_counts_batch_size_until_it_settles() -> None:
     assert acc.budget.used == 3000  # drained is not settled: the bytes are still held
     acc.complete(ready[TP0], 0, base_offset=0)
     assert (acc.budget.used, acc.budget.full) == (2000, False)
+
+
+def test_a_large_batch_size_costs_16_kib_a_batch_until_records_fill_it() -> None:
+    # librdkafka's 1 MB batch.size would otherwise hold 32 open batches in 32 MB.
+    acc = accumulator(batch_size=1_000_000, buffer_memory=33_554_432)
+    for p in range(100):
+        hold(acc, tp=TopicPartition("t", p))
+    assert (acc.budget.used, acc.budget.full) == (100 * 16_384, False)
+
+
+def fitting(limit: int, value: bytes = VALUE) -> int:
+    """How many records of ``value`` one batch of ``limit`` bytes takes, made in one go."""
+    writer = BatchWriter(limit)
+    while writer.append(0, None, value):
+        pass
+    return writer.count
+
+
+def test_a_batch_grows_by_doubling_up_to_batch_size() -> None:
+    acc = accumulator(batch_size=100_000)
+    seen = []
+    for _ in range(1000):
+        hold(acc)
+        if acc.budget.used not in seen:
+            seen.append(acc.budget.used)
+    # the last: the first batch is full, a new one took the rest
+    assert seen == [16_384, 32_768, 65_536, 100_000, 116_384]
+    first = acc.drain(Every(), 0.0, flush=True)[TP0]
+    assert first.ticket.record_count == fitting(100_000) and len(first.data) <= 100_000
+
+
+def test_send_batch_records_grow_a_batch_too() -> None:
+    acc = accumulator(batch_size=100_000)
+    acc.append_many(TP0, [VALUE] * 1000, timestamp_ms=0, now=0.0, generation=0)
+    assert acc.budget.used == 116_384
+    assert acc.drain(Every(), 0.0, flush=True)[TP0].ticket.record_count == fitting(100_000)
 
 
 def test_a_record_larger_than_batch_size_counts_its_own_size() -> None:

@@ -21,7 +21,7 @@ def producer_config(config: dict[str, Any] | None = None, **given: Any) -> Produ
 def test_defaults_are_kafkas() -> None:
     cfg = producer_config()
     assert cfg.bootstrap_servers == (SERVERS,)
-    assert (cfg.linger_ms, cfg.batch_size, cfg.acks) == (5.0, 16_384, -1)
+    assert (cfg.linger_ms, cfg.batch_size, cfg.acks) == (5.0, 1_000_000, -1)
     assert (cfg.request_timeout_ms, cfg.delivery_timeout_ms) == (30_000, 120_000)
     assert cfg.max_in_flight_requests_per_connection == 5
     assert cfg.transactional_id is None and not cfg.transactional

@@ -28,6 +28,9 @@ from eosclient.errors import ConfigError
 
 __all__ = ["AccumulatorSettings", "BufferBudget", "PartitionQueues", "ProducerBatch", "ReadyBatch"]
 
+# What a new batch takes (and counts in buffer.memory) before it grows: Java's batch.size.
+_FIRST_LIMIT = 16_384
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AccumulatorSettings:
     """The producer settings the accumulator uses (Kafka's names in the docs).
@@ -50,7 +53,7 @@ class AccumulatorSettings:
         partitioner: ``(topic, key, num_partitions) -> int | None``; None means sticky.
     """
 
-    batch_size: int = 16_384
+    batch_size: int = 1_000_000
     linger_ms: float = 5.0
     max_request_size: int = 1_048_576
     compression_type: str = "none"
@@ -78,9 +81,11 @@ class AccumulatorSettings:
 class BufferBudget:
     """``buffer.memory``: the bytes held by batches from their opening until they settle.
 
-    A batch counts its writer's capacity (``batch.size``), or the size of its one record when
-    that is larger, as Java's BufferPool allocates them; it gives them back when it succeeds
-    or fails. ``full`` is kept up to date so that ``send()`` reads one attribute.
+    A batch counts the bytes it may take now (:meth:`ProducerBatch.grow`: 16 KiB at first,
+    doubling as records fill it, up to ``batch.size``), or the size of its one record when that
+    is larger; it gives them back when it succeeds or fails. So a large ``batch.size`` (1 MB,
+    librdkafka's default) costs memory only where records fill it, not per open batch. ``full``
+    is kept up to date so that ``send()`` reads one attribute.
     """
 
     __slots__ = ("full", "limit", "used")
@@ -114,6 +119,8 @@ class ProducerBatch:
     outcome: BatchOutcome  # shared with its send() records
     sink: list[BatchOutcome]  # where the outcome goes once settled (the accumulator's list)
     budget: BufferBudget  # buffer.memory, shared by the accumulator's batches
+    capacity: int = 0  # batch.size (at most max.request.size): how far it may grow
+    limit: int = 0  # bytes its writer takes now (grow() doubles it)
     reserved: int = 0  # bytes counted in the budget until the batch settles
     full: bool = False
     data: bytes = b""
@@ -129,11 +136,23 @@ class ProducerBatch:
         """A new, empty batch of ``tp`` for ``generation``, created at ``now``; its capacity
         is counted in ``budget``."""
         capacity = min(settings.batch_size, settings.max_request_size)
+        limit = min(capacity, _FIRST_LIMIT)
         deadline = now + settings.delivery_timeout_ms / 1000
-        batch = cls(tp, generation, now, deadline, BatchWriter(capacity), int(codec),
-                    BatchOutcome(tp), sink, budget)
-        batch.reserve(capacity)
+        batch = cls(tp, generation, now, deadline, BatchWriter(limit), int(codec),
+                    BatchOutcome(tp), sink, budget, capacity, limit)
+        batch.reserve(limit)
         return batch
+
+    def grow(self) -> bool:
+        """Let the batch take twice the bytes, up to its capacity, and count them in the budget;
+        False if it is at its capacity (it is full)."""
+        if self.limit >= self.capacity:
+            return False
+        self.limit = min(self.capacity, 2 * self.limit)
+        self.writer.widen(self.limit)
+        if self.limit > self.reserved:
+            self.reserve(self.limit - self.reserved)
+        return True
 
     def reserve(self, size: int) -> None:
         """Count ``size`` more bytes for this batch in the budget (a record beyond its
@@ -268,13 +287,18 @@ class PartitionQueues:
             return outcome, 0
         queue = self._queues.get(tp)
         if queue and queue[-1].generation == generation and not queue[-1].full:
-            batch = self._close_and_open(queue[-1], now)  # the newest batch refused the record
+            batch = queue[-1]  # it refused the record: it grows, or a new batch follows it
+            while True:
+                batch = self._next(batch, now)
+                index = batch.writer.count
+                if batch.writer.append(timestamp_ms, key, value, headers):  # a first one fits
+                    break
         else:
-            batch = self._new(tp, generation, now)
-        batch.writer.append(timestamp_ms, key, value, headers)  # a first record always fits
-        if batch.writer.size > batch.reserved:  # a record larger than batch.size
+            batch, index = self._new(tp, generation, now), 0
+            batch.writer.append(timestamp_ms, key, value, headers)
+        if batch.writer.size > batch.reserved:  # one record larger than batch.size
             batch.reserve(batch.writer.size - batch.reserved)
-        return batch.outcome, 0
+        return batch.outcome, index
 
     def open_batch(self, tp: TopicPartition, generation: int) -> ProducerBatch | None:
         """``tp``'s newest batch if :meth:`append` would try it first for ``generation``."""
@@ -311,7 +335,7 @@ class PartitionQueues:
                 batch.parts.append((handle, part, first, batch.count - first))
             if index >= len(values):
                 return
-            batch = self._close_and_open(batch, now)
+            batch = self._next(batch, now)
 
     def due(self, tp: TopicPartition, now: float, *, flush: bool) -> ProducerBatch | None:
         """``tp``'s oldest batch if it may go now: closed, lingered long enough, or flushing."""
@@ -367,7 +391,11 @@ class PartitionQueues:
             return queue[-1]
         return self._new(tp, generation, now)
 
-    def _close_and_open(self, batch: ProducerBatch, now: float) -> ProducerBatch:
+    def _next(self, batch: ProducerBatch, now: float) -> ProducerBatch:
+        """Where a record that ``batch`` refused goes: ``batch`` itself if it can grow, else a
+        new batch, ``batch`` closed."""
+        if batch.grow():
+            return batch
         batch.full = True
         batch.writer.seal()  # a smaller record would still fit: it must go to the new batch
         self._on_filled(batch.tp)

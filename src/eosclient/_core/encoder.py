@@ -143,8 +143,8 @@ class BatchWriter:
     encoded whole (:func:`encode_record`).
 
     Args:
-        limit: ``batch.size``: a record that would take the batch past this many bytes
-            (uncompressed, header included) is refused, unless it is the first.
+        limit: a record that would take the batch past this many bytes (uncompressed,
+            header included) is refused, unless it is the first; :meth:`widen` raises it.
 
     Attributes:
         count: Records appended.
@@ -217,6 +217,12 @@ class BatchWriter:
         does not fit: ``send()``'s shortcut makes one call a record, not two."""
         count = self.count
         return count if self.append(timestamp_ms, key, value, headers) else -1
+
+    def widen(self, limit: int) -> None:
+        """Take records up to ``limit`` bytes from now on (an open batch that grows: see
+        :meth:`~eosclient._core.batches.ProducerBatch.grow`); a sealed writer stays sealed."""
+        if self._limit >= 0:
+            self._limit = limit
 
     def seal(self) -> None:
         """Refuse every later record (of a batch that already has one): the batch was closed,
