@@ -37,6 +37,7 @@ from eosclient._consumer.fetcher import Fetcher
 from eosclient._consumer.lookups import Ends
 from eosclient._consumer.loop import IoLoop, serialized
 from eosclient._consumer.membership import MOVED_ON, State
+from eosclient._consumer.offsets import OffsetJob
 from eosclient._consumer.partitions import (
     Assignment,
     ConsumerRecord,
@@ -583,6 +584,31 @@ class ReadCommittedConsumer:
                                self._check_open)
                 self._skip_committed(kept)
         self._raise_lost(checked, kept)
+
+    def _commit_start(self, offsets: Mapping[TopicPartition, int]) -> OffsetJob:
+        """Start committing ``offsets`` under the current generation and return at once; the
+        exactly-once processor's second, plain commit of a committed transaction's offsets,
+        which it waits for (:meth:`_commit_finish`) only before it writes offsets again. No
+        rebalance is finished: a member out of its generation is refused, as it should be."""
+        group = self._need_group("commit()")
+        with self._lock:
+            self._check_open()
+            job = group.commit(args.offsets_of(offsets))
+        self._loop.wake()
+        return job
+
+    def _commit_finish(self, job: OffsetJob, timeout: float | None = None) -> None:
+        """Wait for a commit :meth:`_commit_start` began.
+
+        Raises:
+            KafkaTimeoutError: not answered within ``timeout``; it may still land.
+            EosError: the coordinator refused it (classified as :meth:`commit` raises).
+        """
+        group = self._need_group("commit()")
+        deadline = self._deadline(timeout)
+        with self._lock:
+            self._check_open()
+            group.wait_for(job, self._loop, deadline, "commit()", self._check_open)
 
     # commit()'s decisions, shared with the asyncio front (eosclient.aio), which waits otherwise.
 

@@ -94,7 +94,8 @@ _METHODS = {
               "send_copies", "probe", "backoff", "sleep", "close_clients"],
     "producer": ["init_transactions", "partitions_for", "begin_transaction",
                  "send_offsets_to_transaction", "commit_transaction", "abort_transaction"],
-    "consumer": ["poll_batch", "assignment", "committed", "commit", "seek", "seek_to_beginning",
+    "consumer": ["poll_batch", "assignment", "committed", "_commit_start", "_commit_finish",
+                 "seek", "seek_to_beginning",
                  "group_metadata", "in_generation", "high_watermark", "last_stable_offset",
                  "topic_metadata"],
 }
@@ -105,6 +106,7 @@ _DEFAULTS: dict[str, Any] = {
     "producer.partitions_for": [TopicPartition("out", 0)],
     "consumer.assignment": [TP],
     "consumer.group_metadata": "metadata",
+    "consumer._commit_start": "plain commit",  # the job _commit_finish waits for
     "consumer.in_generation": True,
     "consumer.committed": lambda tps, *_: dict.fromkeys(tps, 0),
     "consumer.poll_batch": lambda timeout, most: {},
@@ -132,8 +134,8 @@ def test_a_poll_becomes_one_transaction_with_its_offsets(kind: type[Script]) -> 
         "front.open_consumer", "consumer.poll_batch", "producer.begin_transaction",
         "front.send_copies", "consumer.group_metadata", "producer.send_offsets_to_transaction",
         "consumer.in_generation", "producer.commit_transaction",
-        "consumer.in_generation", "consumer.commit",  # the offsets again, plainly (_secure)
-        "consumer.assignment", "front.close_clients"]
+        "consumer.in_generation", "consumer._commit_start",  # the offsets again, plainly
+        "consumer.assignment", "consumer._commit_finish", "front.close_clients"]
     [(topic, runs)] = script.args("front.send_copies")  # one run per input partition
     assert topic == "out"
     assert runs == [([b"%d" % o for o in range(3)], None,  # keyless: the keys left out
@@ -206,8 +208,9 @@ def test_revoking_commits_the_open_transaction_and_awaits_its_offsets() -> None:
     names = script.names()
     commit = names.index("producer.commit_transaction")
     assert names[commit - 1] == "consumer.in_generation"
-    assert names[commit + 1:commit + 3] == ["consumer.in_generation", "consumer.commit"]
-    assert names[commit + 3] == "consumer.committed"  # the hand-over waits for the group
+    assert names[commit + 1:commit + 4] == ["consumer.in_generation", "consumer._commit_start",
+                                            "consumer._commit_finish"]
+    assert names[commit + 4] == "consumer.committed"  # the hand-over waits for the group
     assert stats.transactions_committed == 1
 
 
@@ -243,16 +246,20 @@ def test_partitions_handed_over_and_given_back_start_past_what_this_instance_com
 def test_a_committed_transactions_offsets_are_committed_again_plainly() -> None:
     # Tansu can defer a committed transaction's offsets and then drop them with the same
     # producer's next transaction (aborted, or aborted by a successor's InitProducerId): the
-    # processor commits them once more outside the transaction before going on.
+    # processor commits them once more outside the transaction, and waits for that before
+    # it writes offsets again: the next transaction is read and written meanwhile.
     script = Script(consumer__poll_batch=Each([{TP: columns(0, 3)}, {TP: columns(3, 2)}, {}]),
                     consumer__in_generation=Each([True, True, True, False]))
     stats = run(script, ProcessorCore(settings(max_records_per_transaction=3)), max_records=5)
     assert stats.transactions_committed == 2
     # the first transaction's offsets; the second finished after the generation ran out
     # (checked by the clock after its commit): not this member's to commit any more
-    assert script.args("consumer.commit") == [({TP: 3}, 10.0)]
+    assert script.args("consumer._commit_start") == [({TP: 3},)]
+    assert script.args("consumer._commit_finish") == [("plain commit", 10.0)]
     names = script.names()
-    assert names.index("consumer.commit") < names.index("producer.begin_transaction", 6)
+    start, finish = names.index("consumer._commit_start"), names.index("consumer._commit_finish")
+    assert start < names.index("producer.begin_transaction", 6) < finish
+    assert finish < names.index("producer.send_offsets_to_transaction", start)
 
 
 @pytest.mark.parametrize("refusal", [AbortableError("ILLEGAL_GENERATION"),
@@ -261,7 +268,7 @@ def test_a_committed_transactions_offsets_are_committed_again_plainly() -> None:
 def test_a_refused_plain_commit_is_logged_and_the_run_goes_on(
         refusal: Exception, caplog: pytest.LogCaptureFixture) -> None:
     script = Script(consumer__poll_batch=Each([{TP: columns(0, 3)}, {TP: columns(3, 3)}, {}]),
-                    consumer__commit=refusal)
+                    consumer___commit_finish=refusal)
     with caplog.at_level(logging.INFO, "eosclient.processor"):
         stats = run(script, ProcessorCore(settings(max_records_per_transaction=3)),
                     max_records=6)
@@ -271,7 +278,7 @@ def test_a_refused_plain_commit_is_logged_and_the_run_goes_on(
 
 def test_a_fenced_plain_commit_ends_the_run() -> None:
     script = Script(consumer__poll_batch=Each([{TP: columns(0, 3)}, {}]),
-                    consumer__commit=FencedError("FENCED_INSTANCE_ID"))
+                    consumer___commit_finish=FencedError("FENCED_INSTANCE_ID"))
     with pytest.raises(FencedError):
         run(script, ProcessorCore(settings()), max_records=3)
 

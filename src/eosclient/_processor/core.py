@@ -11,7 +11,8 @@ The ports a front provides:
 
 * ``consumer``: a read_committed consumer (sync or async) with ``poll_batch``, ``assignment``,
   ``committed``, ``commit``, ``seek``, ``seek_to_beginning``, ``group_metadata``, ``in_generation``,
-  ``high_watermark``, ``last_stable_offset``, ``topic_metadata``;
+  ``high_watermark``, ``last_stable_offset``, ``topic_metadata``, and ``_commit_start`` (a plain
+  commit begun, not waited for: its job) with ``_commit_finish(job, timeout)``;
 * ``producer``: a transactional producer with ``init_transactions``, ``partitions_for``,
   ``begin_transaction``, ``send_offsets_to_transaction``, ``commit_transaction``,
   ``abort_transaction``, ``flush``;
@@ -166,6 +167,7 @@ class ProcessorCore:
         self._committed: dict[TopicPartition, int] = {}
         self._outputs: list[TopicPartition] | None = None  # None: the count is not known
         self._declared: list[TopicPartition] | None = None
+        self._securing: Any = None  # the plain commit of the last transaction's offsets, begun
         self._session = 10.0  # the consumer's session.timeout.ms, in seconds, once open
         self._txn_timeout = 60.0  # the producer's transaction.timeout.ms, in seconds, once open
 
@@ -180,12 +182,13 @@ class ProcessorCore:
             yield from self._open(idle_timeout)
             yield from self._loop(max_records, stop_at, idle_timeout)
             yield from self._commit()
+            yield from self._secured()
         except BaseException:
             yield from self._abort_quietly()
             self._committed.clear()  # closing after a failure: do not wait on the broker again
             raise
         finally:
-            self._txn = None
+            self._txn = self._securing = None
             try:
                 yield Io("front", "close_clients")  # on_revoke: nothing to commit, offsets to await
             finally:
@@ -303,6 +306,7 @@ class ProcessorCore:
         txn = self._txn
         if txn is None:
             return
+        yield from self._secured()  # offsets are written in order: the last ones first
         if txn.offsets:
             metadata = yield Io("consumer", "group_metadata")
             yield Io("producer", "send_offsets_to_transaction", (txn.offsets, metadata))
@@ -332,7 +336,8 @@ class ProcessorCore:
 
     def _secure(self, offsets: Mapping[TopicPartition, int]) -> Steps[None]:
         """Commit the offsets of a committed transaction again, plainly (OffsetCommit, under
-        this member's generation), before the next transaction begins.
+        this member's generation); :meth:`_secured` waits for it before offsets are written
+        again, so the next transaction's records are read and written meanwhile.
 
         A broker may acknowledge EndTxn(commit) and apply the transaction's offsets later, and
         lose them meanwhile: Tansu 0.6 defers them while another transaction that wrote earlier
@@ -341,16 +346,24 @@ class ProcessorCore:
         aborted, by this instance or by its successor's InitProducerId after a crash. The group
         would then show older offsets and the next owner copy committed records again. On a
         broker that applies them at once (Kafka, noida-db) this writes what the group holds.
-        The plain commit carries the generation, so a member that lost it is refused; it is
-        only a safeguard, so a refusal or a timeout is logged, not raised.
+        The plain commit carries the generation, so a member that lost it is refused (a
+        late one too: once a newer generation exists, so it cannot land after the next owner's
+        commits); it is only a safeguard, so a refusal or a timeout is logged, not raised.
+        """
+        if (yield Io("consumer", "in_generation")):  # else not this member's to commit any more
+            self._securing = yield Io("consumer", "_commit_start", (dict(offsets),))
+
+    def _secured(self) -> Steps[None]:
+        """Wait for the plain commit :meth:`_secure` began, if any.
 
         Raises:
             FencedError, FatalError: the group refused this member for good.
         """
-        if not (yield Io("consumer", "in_generation")):
-            return  # the generation ran out: not this member's to commit any more
+        job, self._securing = self._securing, None
+        if job is None:
+            return
         try:
-            yield Io("consumer", "commit", (dict(offsets), _SECURE_TIMEOUT))
+            yield Io("consumer", "_commit_finish", (job, _SECURE_TIMEOUT))
         except (AbortableError, RetriableError, KafkaTimeoutError) as exc:
             log.info("committed offsets not secured outside the transaction: %r", exc)
 
@@ -500,6 +513,7 @@ class ProcessorCore:
                 log.warning("commit before revocation failed, aborting: %r", exc)
                 yield from self._abort()
                 self._rewind = True  # partitions kept (if any) must go back to committed offsets
+        yield from self._secured()
         handed = {tp: self._committed[tp] for tp in partitions if tp in self._committed}
         if handed:
             try:

@@ -28,6 +28,7 @@ from typing import Any
 
 from eosclient._args import timeout_of
 from eosclient._consumer import args
+from eosclient._consumer.offsets import OffsetJob
 from eosclient._consumer.partitions import ConsumerRecord, Followup
 from eosclient._core.records import Deserializer
 from eosclient._core.types import TopicPartition
@@ -374,6 +375,20 @@ class AsyncReadCommittedConsumer:
             await self._job(group, group.commit(kept), deadline, "commit()")
             sync._skip_committed(kept)
         sync._raise_lost(checked, kept)
+
+    def _commit_start(self, offsets: Mapping[TopicPartition, int]) -> OffsetJob:
+        """As :meth:`ReadCommittedConsumer._commit_start`: the commit goes out at the next
+        await that drives the loop."""
+        self._driving()
+        return self._sync._commit_start(offsets)
+
+    async def _commit_finish(self, job: OffsetJob, timeout: float | None = None) -> None:
+        """As :meth:`ReadCommittedConsumer._commit_finish`, awaited."""
+        sync = self._sync
+        group = sync._need_group("commit()")
+        deadline = sync._deadline(timeout)
+        sync._check_open()
+        await self._job(group, job, deadline, "commit()")
 
     def __repr__(self) -> str:
         return "<Async" + repr(self._sync)[1:]
