@@ -212,6 +212,8 @@ def test_usage_errors_are_the_sync_producers_and_queue_nothing(
             with pytest.raises(RecordTypeError):
                 await p.send(topic, 123, partition=0)
             await p.send(topic, b"declared", partition=0)
+            with pytest.raises(IllegalStateError, match="loop's thread"):  # the hot path too
+                await asyncio.to_thread(asyncio.run, p.send(topic, b"x", partition=0))
             await p.commit_transaction(TIMEOUT)
         with pytest.raises(IllegalStateError, match="closed"):
             p.begin_transaction()

@@ -59,7 +59,13 @@ class LoopDriver:
         self.stopped = False
         self._turned = 0.0  # when the last turn began (time.monotonic())
         self.thread = threading.current_thread()
+        self.ident = self.thread.ident
         io.driven_by(self.thread)
+
+    def here(self) -> bool:
+        """Whether the caller runs on the loop's thread (the hot paths' form of
+        :meth:`check_thread`)."""
+        return threading.get_ident() == self.ident
 
     def check_thread(self, who: str) -> None:
         """Refuse a call from any thread but the loop's: the client's state is the loop's alone
@@ -68,7 +74,7 @@ class LoopDriver:
         Raises:
             IllegalStateError: called from another thread; nothing changed.
         """
-        if threading.current_thread() is not self.thread:
+        if threading.get_ident() != self.ident:
             raise IllegalStateError(f"the {who} belongs to the event loop it was started in; "
                                     "call it from that loop's thread")
 

@@ -286,10 +286,10 @@ class AsyncTransactionalProducer:
         Raises:
             EosError: as :meth:`TransactionalProducer.send`; nothing was queued.
         """
-        sync = self._sync
-        self._driving()
-        if (type(topic) is not str or sync._budget.full
-                or sync._metadata.partition_count(topic) is None):
+        sync, driver = self._sync, self._driver
+        if (driver is None or not driver.here() or type(topic) is not str
+                or sync._budget.full or sync._metadata.partition_count(topic) is None):
+            self._driving()  # raises if not started or called from another thread
             await self._await_room(topic)  # raises, or waits; nothing is queued before
         # Nothing is awaited after the record is queued: a cancellation never comes after it.
         # (A turn per filled batch here, as the thread's wakeups do, cost 1.2 us a record in
