@@ -158,6 +158,7 @@ class TransactionalProducer:
         self._router = Router(sender)
         self._budget = sender.acc.budget  # buffer.memory: send() reads budget.full
         self._shortcuts = sender.shortcuts  # send()'s (see Sender.shortcuts)
+        self._opened = 0  # batches send() opened: the asyncio front sends the full one then
         # send()'s inlined check: bytes key and value within this many bytes together need no
         # other (-1 with a serializer: every record goes through the checker).
         self._raw_limit = self._checker.fast_limit if self._checker.raw else -1
@@ -436,6 +437,7 @@ class TransactionalProducer:
         outcome, delta = self._acc.append_record(tp, stamp, key, value, extra, _monotonic(),
                                                  generation)
         if not delta:  # it opened a batch: the one before may be full, sticky may move
+            self._opened += 1
             self._router.batch_opened()  # (and forgets the shortcuts)
             if self._sender.sleeping:  # the I/O thread sends the full batch, or starts
                 self._sender.wake()  # the new one's linger timer

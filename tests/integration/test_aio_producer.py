@@ -8,6 +8,7 @@ brokers) and checked against the raw log's COMMIT/ABORT markers, never with the 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -81,6 +82,29 @@ def test_commit_abort_commit_reads_back_exactly_the_committed_records(
     assert len(delivered) == 150 and all(m.offset >= 0 for m in delivered)
     assert committed_values(broker, topic, 2) == sorted(written["first"] + written["third"])
     assert [markers(broker, topic, p) for p in range(2)] == [["commit", "abort", "commit"]] * 2
+
+
+def test_full_batches_go_out_while_a_send_loop_never_yields(
+        broker: RunningBroker, unique_name: Callable[[str], str], run_async: Run) -> None:
+    # `await send()` does not suspend when there is room: a loop of them never lets the event
+    # loop run, so a full batch goes out from send() itself, not only at the commit.
+    topic = topics.create_topic(broker, unique_name("t"), 1)
+
+    async def main() -> int:
+        async with producer(broker, unique_name("txn"), **{"batch.size": 2_000,
+                                                           "linger.ms": 60_000}) as p:
+            await p.init_transactions(TIMEOUT)
+            p.begin_transaction()
+            sent, start = 0, time.monotonic()
+            while time.monotonic() - start < 0.2:  # ~18 records a batch: hundreds of batches
+                await p.send(topic, b"v" * 100, partition=0)
+                sent += 1
+            produced = p.stats().requests["Produce"].count
+            await p.commit_transaction(TIMEOUT)
+            assert len(committed_values(broker, topic, 1)) == sent
+            return produced
+
+    assert run_async(main()) > 0
 
 
 def test_transaction_block_commits_on_success_and_aborts_on_exception(
