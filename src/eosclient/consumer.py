@@ -585,14 +585,17 @@ class ReadCommittedConsumer:
                 self._skip_committed(kept)
         self._raise_lost(checked, kept)
 
-    def _commit_start(self, offsets: Mapping[TopicPartition, int]) -> OffsetJob:
+    def _commit_start(self, offsets: Mapping[TopicPartition, int]) -> OffsetJob | None:
         """Start committing ``offsets`` under the current generation and return at once; the
         exactly-once processor's second, plain commit of a committed transaction's offsets,
         which it waits for (:meth:`_commit_finish`) only before it writes offsets again. No
-        rebalance is finished: a member out of its generation is refused, as it should be."""
+        rebalance is finished: a subscribed member out of its generation sends nothing (None).
+        """
         group = self._need_group("commit()")
         with self._lock:
             self._check_open()
+            if self._mode is _Mode.SUBSCRIBE and not group.membership.has_generation():
+                return None
             job = group.commit(args.offsets_of(offsets))
         self._loop.wake()
         return job

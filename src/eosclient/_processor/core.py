@@ -10,9 +10,10 @@ commit, recovery, rebalance handling, fence probe and hand-over.
 The ports a front provides:
 
 * ``consumer``: a read_committed consumer (sync or async) with ``poll_batch``, ``assignment``,
-  ``committed``, ``commit``, ``seek``, ``seek_to_beginning``, ``group_metadata``, ``in_generation``,
+  ``committed``, ``seek``, ``seek_to_beginning``, ``group_metadata``, ``in_generation``,
   ``high_watermark``, ``last_stable_offset``, ``topic_metadata``, and ``_commit_start`` (a plain
-  commit begun, not waited for: its job) with ``_commit_finish(job, timeout)``;
+  commit begun, not waited for: its job, None if out of the generation) with
+  ``_commit_finish(job, timeout)``;
 * ``producer``: a transactional producer with ``init_transactions``, ``partitions_for``,
   ``begin_transaction``, ``send_offsets_to_transaction``, ``commit_transaction``,
   ``abort_transaction``, ``flush``;
@@ -346,9 +347,10 @@ class ProcessorCore:
         aborted, by this instance or by its successor's InitProducerId after a crash. The group
         would then show older offsets and the next owner copy committed records again. On a
         broker that applies them at once (Kafka, noida-db) this writes what the group holds.
-        The plain commit carries the generation, so a member that lost it is refused (a
-        late one too: once a newer generation exists, so it cannot land after the next owner's
-        commits); it is only a safeguard, so a refusal or a timeout is logged, not raised.
+        The plain commit carries the generation, so a coordinator that checks it refuses a
+        member that lost it (Kafka does, late commits included); before partitions are handed
+        over it has been answered. It is only a safeguard, so a refusal or a timeout is logged,
+        not raised.
         """
         if (yield Io("consumer", "in_generation")):  # else not this member's to commit any more
             self._securing = yield Io("consumer", "_commit_start", (dict(offsets),))

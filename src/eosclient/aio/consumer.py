@@ -376,7 +376,7 @@ class AsyncReadCommittedConsumer:
             sync._skip_committed(kept)
         sync._raise_lost(checked, kept)
 
-    def _commit_start(self, offsets: Mapping[TopicPartition, int]) -> OffsetJob:
+    def _commit_start(self, offsets: Mapping[TopicPartition, int]) -> OffsetJob | None:
         """As :meth:`ReadCommittedConsumer._commit_start`: the commit goes out at the next
         await that drives the loop."""
         self._driving()
