@@ -311,6 +311,24 @@ def test_one_member_joins_commits_and_reads_its_commit_back(
         assert consumer.committed([a, b]) == {a: 5, b: 5}
 
 
+def test_the_processors_plain_commit_begins_now_and_is_awaited_later(
+        noida_broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    # ExactlyOnceProcessor's safeguard commit (_secure): begun without waiting, answered by the
+    # I/O thread meanwhile, and never sent by a member without a generation.
+    create_topic(noida_broker, topic_name, 2)
+    a = TopicPartition(topic_name, 0)
+    with ReadCommittedConsumer(noida_broker.bootstrap_servers, group_id=unique_name("group"),
+                               config={"auto.offset.reset": "earliest"}) as consumer:
+        consumer.subscribe([topic_name])
+        assert consumer._commit_start({a: 3}) is None  # not joined yet: nothing sent
+        wait_for(lambda: bool(consumer.poll(0.1) is not None and consumer.assignment()))
+        job = consumer._commit_start({a: 3})
+        assert job is not None
+        wait_for(lambda: job.done)  # no call of the application's drives it
+        consumer._commit_finish(job, 10)
+        assert consumer.committed([a]) == {a: 3}
+
+
 def test_a_member_that_lost_its_generation_gets_on_lost_not_on_revoke(
         noida_broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
     # KIP-429's onPartitionsLost: past max.poll.interval.ms the member has left the group, so
