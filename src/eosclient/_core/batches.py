@@ -31,6 +31,7 @@ __all__ = ["AccumulatorSettings", "BufferBudget", "PartitionQueues", "ProducerBa
 # What a new batch takes (and counts in buffer.memory) before it grows: Java's batch.size.
 _FIRST_LIMIT = 16_384
 
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AccumulatorSettings:
     """The producer settings the accumulator uses (Kafka's names in the docs).
@@ -133,8 +134,9 @@ class ProducerBatch:
         cls, tp: TopicPartition, generation: int, now: float, *, settings: AccumulatorSettings,
         codec: Compression, sink: list[BatchOutcome], budget: BufferBudget,
     ) -> ProducerBatch:
-        """A new, empty batch of ``tp`` for ``generation``, created at ``now``; its capacity
-        is counted in ``budget``."""
+        """A new, empty batch of ``tp`` for ``generation``, created at ``now``; what it takes
+        before it grows (16 KiB, or less if ``batch.size`` is smaller) is counted in
+        ``budget``."""
         capacity = min(settings.batch_size, settings.max_request_size)
         limit = min(capacity, _FIRST_LIMIT)
         deadline = now + settings.delivery_timeout_ms / 1000
@@ -155,8 +157,8 @@ class ProducerBatch:
         return True
 
     def reserve(self, size: int) -> None:
-        """Count ``size`` more bytes for this batch in the budget (a record beyond its
-        capacity)."""
+        """Count ``size`` more bytes for this batch in the budget (when it opens or grows, or
+        for a record beyond its limit)."""
         self.reserved += size
         self.budget.reserve(size)
 
