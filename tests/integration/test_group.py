@@ -465,3 +465,91 @@ def test_the_partitions_of_a_member_gone_silent_are_assigned_again(
         wait_for(lambda: len(live.consumer.assignment()) == PARTITIONS, 60)  # all back
     finally:
         live.stop()
+
+
+class _HandLeader:
+    """A member driven by hand on one connection, joined first so that it leads: it assigns
+    what the test says, and nothing to a member it is told to leave out."""
+
+    def __init__(self, broker: RunningBroker, group: str, topic: str) -> None:
+        self._group, self._topic = group, topic
+        self._conn = BlockingConnection(broker.host, broker.port, client_id="hand-leader")
+        self._settings = {"session_timeout_ms": 6000, "rebalance_timeout_ms": 30_000,
+                          "protocols": [("range", wire.subscription_bytes([topic]))]}
+        self.member_id, self.generation = "", -1
+
+    def close(self) -> None:
+        if self.member_id:
+            self._conn.request(wire.leave_group(self._group, self.member_id))
+        self._conn.close()
+
+    def join(self, assign: Callable[[list[str]], dict[str, list[int]]],
+             members: int = 1) -> None:
+        """JoinGroup (held until the others joined), then SyncGroup with ``assign(members)``
+        (partitions by member id; a member it leaves out gets no assignment at all); again
+        until a generation of ``members`` members forms."""
+        deadline = time.monotonic() + 60
+        while True:
+            joined = self._conn.request(wire.join_group(self._group, self.member_id,
+                                                        **self._settings), timeout=60)
+            if joined.error_code == 79:  # KIP-394: join again with the member id given
+                self.member_id = joined.member_id
+                continue
+            assert joined.error_code == 0, joined
+            assert joined.leader == joined.member_id, "the hand-driven member must lead"
+            self.member_id, self.generation = joined.member_id, joined.generation_id
+            ids = sorted(m.member_id for m in joined.members)
+            synced = self._conn.request(wire.sync_group(
+                self._group, self.generation, self.member_id, joined.protocol_name,
+                {m: wire.assignment_bytes([TopicPartition(self._topic, p) for p in ps])
+                 for m, ps in assign(ids).items()}), timeout=30)
+            if synced.error_code == 0 and len(ids) == members:
+                return
+            assert synced.error_code in (0, 27), synced
+            assert time.monotonic() < deadline, f"no generation of {members} members formed"
+
+    def rebalancing(self) -> bool:
+        """One heartbeat: whether the coordinator asks this member to join again."""
+        beat = self._conn.request(wire.heartbeat(self._group, self.generation, self.member_id))
+        assert beat.error_code in (0, 27), beat
+        return bool(beat.error_code == 27)
+
+
+@pytest.mark.parametrize("instance", [None, "left-out"])
+def test_a_member_the_leader_leaves_out_joins_again_until_it_is_named(
+        noida_broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str],
+        instance: str | None, caplog: pytest.LogCaptureFixture) -> None:
+    # noida-db gave a leader a member list naming a static member under a member id it held
+    # before; that member's SyncGroup answer carried no assignment at all, its partitions
+    # went to the stale id, and the group stayed so, every member heartbeating (nemesis
+    # noida-db seed 15). A member whose SyncGroup answer has no assignment at all leaves and
+    # joins again, which starts a generation whose leader names it. (Tansu cannot get there:
+    # it answers a SyncGroup that leaves a member out REBALANCE_IN_PROGRESS, after 5 s.)
+    broker = noida_broker
+    create_topic(broker, topic_name, 2)
+    group = unique_name("group")
+    leader = _HandLeader(broker, group, topic_name)
+    config: dict[str, object] = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 200}
+    if instance is not None:
+        config["group.instance.id"] = instance
+    consumer = ReadCommittedConsumer(broker.bootstrap_servers, group_id=group, config=config)
+    stop = threading.Event()
+    poller = threading.Thread(target=lambda: [consumer.poll(0.1) for _ in iter(stop.is_set,
+                                                                               True)])
+    try:
+        leader.join(lambda members: {members[0]: []})  # generation 1: the leader alone
+        consumer.subscribe([topic_name])
+        poller.start()
+        wait_for(leader.rebalancing, 60)
+        leader.join(lambda members: {leader.member_id: []}, 2)  # the consumer left out
+        wait_for(leader.rebalancing, 60)  # it left, so that a new generation forms
+        assert "the leader's member list did not name it" in caplog.text
+        leader.join(lambda members: {m: [] if m == leader.member_id else [0, 1]
+                                     for m in members}, 2)
+        wait_for(lambda: len(consumer.assignment()) == 2, 60)
+    finally:
+        stop.set()
+        if poller.is_alive():
+            poller.join(30)
+        consumer.close()
+        leader.close()

@@ -393,6 +393,57 @@ def test_a_leader_whose_assignment_was_ignored_leaves_and_joins_anew(
     _leaves_then_joins_anew(m, STATIC, 3.0)
 
 
+def _unnamed_sync(m: Membership, now: float, generation: int = 5) -> None:
+    """m1 joins generation ``generation`` as a follower; its SyncGroup answer has no bytes."""
+    join = one(m.poll(now, counts), "join")
+    m.on_response(join, joined(member="m1", leader="m2", generation=generation), now)
+    sync = one(m.poll(now, counts), "sync")
+    m.on_response(sync, SYNC(version=5, throttle_time_ms=0, error_code=0,
+                             protocol_type="consumer", protocol_name="range", assignment=b""),
+                  now)
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, STATIC])
+def test_a_member_the_leaders_assignment_does_not_name_leaves_and_joins_anew(
+        settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
+    # noida-db listed a static member under a member id it held before; the leader assigned
+    # that id two partitions, the member's SyncGroup answer had no assignment at all, and the
+    # partitions were read by nobody while every member heartbeat in the generation (nemesis
+    # noida-db seed 15). A new generation names the member.
+    m, join = joining(settings=settings)
+    m.on_response(join, joined(member="m1", leader="m2", generation=4), 0.0)
+    m.on_response(one(m.poll(0.0, counts), "sync"), SYNC(
+        version=5, throttle_time_ms=0, error_code=0, protocol_type="consumer",
+        protocol_name="range", assignment=b""), 1.0)
+    assert "with no assignment for member 'm1': the leader's member list did not" in caplog.text
+    _leaves_then_joins_anew(m, settings, 1.0)
+
+
+def test_an_empty_assignment_the_leader_wrote_is_taken() -> None:
+    # More members than partitions: the leader names this member and gives it nothing.
+    m, join = joining()
+    m.on_response(join, joined(member="m1", leader="m2", generation=4), 0.0)
+    m.on_response(one(m.poll(0.0, counts), "sync"), synced([]), 1.0)
+    assert m.state is State.ASSIGNING and m.take_assignment(1.0) == []
+
+
+def test_a_leader_that_always_leaves_the_member_out_is_given_in_to_at_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    m = Membership(SETTINGS)
+    m.subscribe(["t"], 0.0)
+    found(m)
+    for attempt in range(3):  # three new generations, each without this member
+        _unnamed_sync(m, float(attempt), generation=4 + attempt)
+        leave = one(m.poll(float(attempt), counts), "leave")
+        m.on_response(leave, APIS[ApiKey.LEAVE_GROUP].response(
+            version=3, throttle_time_ms=0, error_code=0, members=[]), float(attempt))
+    assert "again has no assignment" not in caplog.text
+    _unnamed_sync(m, 3.0, generation=7)
+    assert "generation 7 again has no assignment for member 'm1' (4 times in a row)" \
+        in caplog.text
+    assert m.state is State.ASSIGNING and m.take_assignment(3.0) == []
+
+
 def test_a_leader_whose_assignment_was_applied_in_the_same_generation_stays() -> None:
     # Tansu completes a rebalance of static members without a new generation while the group is
     # still forming, and then applies the leader's assignment: nothing to mend (and a leader that

@@ -95,6 +95,7 @@ log = logging.getLogger("eosclient.consumer")
 _JOIN_GRACE: Final = 5.0  # JoinGroup may be held for the rebalance timeout; Java adds 5 s
 _SLOW_REBALANCE: Final = 30.0  # seconds (at least the session timeout) before a WARNING
 _UNSETTLED: Final = frozenset({State.REVOKING, State.JOINING, State.SYNCING})
+_UNNAMED_REFORMS: Final = 3  # generations in a row that may leave this member out (then: none)
 
 
 
@@ -135,6 +136,7 @@ class Membership:
         self._synced = -1  # the last generation whose SyncGroup gave this member its assignment
         self._held = False  # a stopped static member's join as new waits for the application
         self._own_share: bytes | None = None  # what this leader assigned itself (to check)
+        self._unnamed = 0  # SyncGroup answers in a row that had no assignment for this member
         self._joined: Any = None  # the leader's JoinGroup answer, kept while it assigns
         self._protocol = ""
         self._assigned_from: dict[str, int] = {}  # the leader's partition counts
@@ -374,7 +376,18 @@ class Membership:
         rightly be given the generation it was in (KIP-345: noida-db does); leaving then would
         start a needless rebalance, and the new member's JoinGroup, with no member id and the
         instance id, would take the instance over from a live replacement if this process is
-        a zombie (nemesis noida-db seed 19: both instances died)."""
+        a zombie (nemesis noida-db seed 19: both instances died).
+
+        The same mends a generation whose leader was given a stale member list: noida-db,
+        when the members rejoin after every connection was cut while a member left, may list
+        a static member under a member id it held before; the leader assigns that id its
+        share, the member's SyncGroup answer carries no assignment at all (every assignor
+        writes one, possibly empty, for each member it knows), and those partitions are read
+        by nobody while every member heartbeats in the generation (nemesis noida-db seed 15).
+        The member is not a zombie: the coordinator accepted its SyncGroup under its member id
+        and generation. After :data:`_UNNAMED_REFORMS` such generations in a row the member
+        takes the empty assignment, at WARNING (a leader's assignor that leaves members out
+        on purpose)."""
         log.warning("group %r: the coordinator %s: leaving and joining again%s",
                     self.settings.group_id, why,
                     f" as {rejoin_as!r}" if rejoin_as else " to start a new generation")
@@ -400,6 +413,22 @@ class Membership:
                          f"kept the old one (the partitions of departed members would be read "
                          f"by nobody)", now)
             return
+        if not response.assignment and self._unnamed < _UNNAMED_REFORMS:
+            # Every assignor writes an assignment for each member it was told of, an empty one
+            # included; no bytes at all mean the leader's member list did not name this member
+            self._unnamed += 1
+            self._reform(f"answered SyncGroup of generation {self.generation} with no "
+                         f"assignment for member {self.member_id!r}: the leader's member list "
+                         f"did not name it (a stale entry took its place), so the partitions "
+                         f"meant for it would be read by nobody", now)
+            return
+        if not response.assignment:
+            log.warning("group %r: generation %d again has no assignment for member %r (%d "
+                        "times in a row): taking none; the leader's assignor leaves it out",
+                        self.settings.group_id, self.generation, self.member_id,
+                        self._unnamed + 1)
+        else:
+            self._unnamed = 0
         self.assignment = wire.read_assignment(response.assignment)
         self._synced = self.generation
         log.info("group %r: generation %d assigns %s", self.settings.group_id, self.generation,
