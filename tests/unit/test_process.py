@@ -40,6 +40,12 @@ def _orphan_stopped_child(preexec: str) -> int:
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
     os.kill(child, signal.SIGSTOP)
+    # Stopped before the parent dies: a SIGTERM pending beside the SIGSTOP is taken first
+    # (the lower number), and a busy machine may not run the child in between.
+    until = time.monotonic() + 10
+    while _state(child) != "T":
+        assert time.monotonic() < until, "the child did not stop"
+        time.sleep(0.01)
     parent.kill()
     parent.wait(10)
     return child
