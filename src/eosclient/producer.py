@@ -25,7 +25,7 @@ import logging
 import ssl
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -159,6 +159,9 @@ class TransactionalProducer:
         self._budget = sender.acc.budget  # buffer.memory: send() reads budget.full
         self._shortcuts = sender.shortcuts  # send()'s (see Sender.shortcuts)
         self._opened = 0  # batches send() opened: the asyncio front sends the full one then
+        # What send() hands back for a record, made from (outcome, offset delta, timestamp):
+        # a RecordFuture here; the asyncio front's Delivery there (one object a record, not two)
+        self._record_handle: Callable[[BatchOutcome, int, int], Any] = RecordFuture
         # send()'s inlined check: bytes key and value within this many bytes together need no
         # other (-1 with a serializer: every record goes through the checker).
         self._raw_limit = self._checker.fast_limit if self._checker.raw else -1
@@ -421,7 +424,7 @@ class TransactionalProducer:
                 outcome, delta = self._append(topic, partition, key, value, extra, stamp, place)
             else:
                 outcome = shortcut[1]
-        future = RecordFuture(outcome, delta, stamp)
+        future: Future[RecordMetadata] = self._record_handle(outcome, delta, stamp)
         if not delta and outcome.state:  # failed at once: its transaction was aborted
             publish((outcome,))
         return future

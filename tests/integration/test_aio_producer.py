@@ -17,6 +17,7 @@ import pytest
 from eosclient import (
     ConfigError,
     ConsumerGroupMetadata,
+    EosError,
     FencedError,
     IllegalStateError,
     InvalidGroupIdError,
@@ -105,6 +106,35 @@ def test_full_batches_go_out_while_a_send_loop_never_yields(
             return produced
 
     assert run_async(main()) > 0
+
+
+def test_a_records_delivery_settles_with_its_batch(
+        broker: RunningBroker, unique_name: Callable[[str], str], run_async: Run) -> None:
+    # send()'s Delivery (made by the sync producer's send(), one object a record): unsettled
+    # until its batch is answered, result() refuses until then, an await waits for it; a
+    # record its transaction's abort drops is settled with the error.
+    topic = topics.create_topic(broker, unique_name("t"), 1)
+
+    async def main() -> None:
+        async with producer(broker, unique_name("txn"), **{"linger.ms": 300}) as p:
+            await p.init_transactions(TIMEOUT)
+            p.begin_transaction()
+            first, second = await p.send(topic, b"a"), await p.send(topic, b"b")
+            assert not first.done()
+            with pytest.raises(IllegalStateError, match="not settled"):
+                first.result()
+            written = await second  # the linger, then the answer
+            assert first.done() and first.result().offset + 1 == written.offset
+            await p.commit_transaction(TIMEOUT)
+            p.begin_transaction()
+            dropped = await p.send(topic, b"c")
+            await p.abort_transaction(TIMEOUT)
+            assert dropped.done()
+            with pytest.raises(EosError):
+                await dropped
+
+    run_async(main())
+    assert committed_values(broker, topic, 1) == [b"a", b"b"]
 
 
 def test_transaction_block_commits_on_success_and_aborts_on_exception(
