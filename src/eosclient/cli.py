@@ -32,6 +32,8 @@ taking the parsed arguments and returning the exit status.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import inspect
 import signal
 import sys
 import threading
@@ -50,6 +52,7 @@ from eosclient._cli.common import explain as _explain
 from eosclient._cli.common import log_to_stderr as _log_to_stderr
 from eosclient._cli.common import properties as _properties
 from eosclient._cli.common import seconds as _seconds
+from eosclient.aio.processor import AsyncExactlyOnceProcessor
 from eosclient.errors import ConfigError, EosError
 from eosclient.processor import ExactlyOnceProcessor
 from eosclient.testing.brokers import BROKER_KINDS, BrokerError, RunningBroker, start_broker
@@ -179,6 +182,9 @@ def add_copy_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument("--log-level", choices=_LOG_LEVELS, default="warning",
                         help="eosclient's log lines on stderr from this level on (warning); "
                         "debug adds one line per committed transaction")
+    parser.add_argument("--asyncio", action="store_true",
+                        help="run eosclient.aio's AsyncExactlyOnceProcessor on an event loop "
+                        "(one thread for both clients) instead of ExactlyOnceProcessor")
     parser.set_defaults(handler=_run_copy)
 
 
@@ -191,7 +197,8 @@ def _copy(args: argparse.Namespace) -> int:
     try:
         shared = _config_file(args.config_file) if args.config_file else {}
         shared.update(_properties(args.property))
-        processor = ExactlyOnceProcessor(
+        make = AsyncExactlyOnceProcessor if args.asyncio else ExactlyOnceProcessor
+        processor = make(
             bootstrap_servers=args.bootstrap_servers, input_topics=args.input,
             output_topic=args.output, group_id=args.group,
             transactional_id=args.transactional_id,
@@ -210,7 +217,8 @@ def _copy(args: argparse.Namespace) -> int:
     with _signals_call(processor.stop):
         reporter.start()
         try:
-            stats = processor.run(max_records=args.max_records, idle_timeout=args.idle_timeout)
+            ran = processor.run(max_records=args.max_records, idle_timeout=args.idle_timeout)
+            stats = asyncio.run(ran) if inspect.isawaitable(ran) else ran
         except ConfigError as exc:
             print(f"eosclient copy: {exc}", file=sys.stderr)
             return 2
@@ -223,7 +231,8 @@ def _copy(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(processor: ExactlyOnceProcessor, stop: threading.Event, interval: float) -> None:
+def _report(processor: ExactlyOnceProcessor | AsyncExactlyOnceProcessor, stop: threading.Event,
+            interval: float) -> None:
     while not stop.wait(interval):
         print(processor.stats, flush=True)
 

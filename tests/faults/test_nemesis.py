@@ -3,8 +3,10 @@ faults (kills, pauses past the session timeout, zombies, members joining and lea
 connections, lost answers), then the checker and a liveness check.
 
 The schedule generator and the report writer are tested without a broker. The fast suite
-plays one short schedule per broker; the long run (``--long``) plays 20 seeds x 60 s per
-broker, as ``python -m eosclient.testing.nemesis --seeds 1-20 --duration 60`` does.
+plays one short schedule per broker and front (the workers run ``ExactlyOnceProcessor``, or
+eosclient.aio's processor: ``copy --asyncio``); the long run (``--long``) plays 20 seeds x 60 s
+per broker and front, as ``python -m eosclient.testing.nemesis --seeds 1-20 --duration 60
+[--asyncio]`` does.
 """
 
 from __future__ import annotations
@@ -168,10 +170,11 @@ def _assert_clean(result: NemesisResult) -> None:
 
 @pytest.mark.slow
 @pytest.mark.proxy
-def test_a_short_schedule(broker: RunningBroker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("front", ["sync", "asyncio"])
+def test_a_short_schedule(broker: RunningBroker, tmp_path: Path, front: str) -> None:
     seed, seconds, records = QUICK[broker.kind]
     result = run_nemesis(broker, seed=seed, duration=seconds, records=records,
-                         report_dir=tmp_path)
+                         report_dir=tmp_path, asyncio=front == "asyncio")
     print(result.summary())
     assert result.report_path is not None and result.report_path.exists()
     logs = result.report_path.with_suffix(".log").read_text()
@@ -199,9 +202,10 @@ def test_the_command_line_prints_a_row_per_seed(capsys: pytest.CaptureFixture[st
 @pytest.mark.long
 @pytest.mark.proxy
 @pytest.mark.parametrize("seed", LONG_SEEDS)
-def test_long_run(broker: RunningBroker, seed: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize("front", ["sync", "asyncio"])
+def test_long_run(broker: RunningBroker, seed: int, front: str, tmp_path: Path) -> None:
     result = run_nemesis(broker, seed=seed, duration=60, records=20_000,
-                         report_dir=tmp_path)
+                         report_dir=tmp_path, asyncio=front == "asyncio")
     print(format_table([result]))
     _assert_clean(result)
 

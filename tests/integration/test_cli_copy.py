@@ -36,12 +36,14 @@ def fill(broker: RunningBroker, unique_name: Callable[[str], str], count: int) -
     return source, sink
 
 
+@pytest.mark.parametrize("front", [[], ["--asyncio"]], ids=["sync", "asyncio"])
 def test_copy_stops_on_sigterm_and_resumes(noida_broker: RunningBroker,
-                                           unique_name: Callable[[str], str]) -> None:
+                                           unique_name: Callable[[str], str],
+                                           front: list[str]) -> None:
     source, sink = fill(noida_broker, unique_name, 2000)
     args = ["copy", "--input", source, "--output", sink, "--group", unique_name("g"),
             "--transactional-id", unique_name("t"), "--bootstrap-servers",
-            noida_broker.bootstrap_servers]
+            noida_broker.bootstrap_servers, *front]
     child = subprocess.Popen([sys.executable, "-m", "eosclient.cli", *args,
                               "--max-records-per-transaction", "10", "--progress-interval", "0.1"],
                              stdout=subprocess.PIPE, text=True,

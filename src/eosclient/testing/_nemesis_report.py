@@ -52,7 +52,8 @@ def write_report(result: NemesisResult, directory: Path) -> Path:
     """Write ``result``'s page as ``nemesis-<broker>-seed<N>.html`` in ``directory`` (made if
     missing); return its path."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"nemesis-{result.broker}-seed{result.seed}.html"
+    front = "-asyncio" if result.asyncio else ""
+    path = directory / f"nemesis-{result.broker}{front}-seed{result.seed}.html"
     path.write_text(render(result), encoding="utf-8")
     return path.resolve()
 
@@ -70,7 +71,8 @@ def render(result: NemesisResult) -> str:
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>nemesis {_e(result.broker)} seed {result.seed}</title>",
         f"<style>{_CSS}</style></head><body>",
-        f"<h1>nemesis on {_e(result.broker)}, seed {result.seed}: {verdict}</h1>",
+        f"<h1>nemesis on {_e(result.broker)}{' (asyncio)' if result.asyncio else ''}, "
+        f"seed {result.seed}: {verdict}</h1>",
         f"<div>{result.records:,} records over {result.partitions} partitions, "
         f"{result.schedule.workers} workers, {len(result.schedule.faults)} faults drawn, "
         f"{result.faults_injected} injected, {len(result.instances)} processes, "

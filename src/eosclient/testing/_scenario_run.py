@@ -186,15 +186,18 @@ class Run:
 
     def child(self, *, transactional_id: str | None = None,
               consumer_config: Mapping[str, object] | None = None,
-              log_level: str = "warning") -> Child:
+              log_level: str = "warning", asyncio: bool = False) -> Child:
         """Start ``eosclient copy`` for this run, through the proxy (another instance of the
-        group when given its own ``transactional_id``; the configs add to the run's)."""
+        group when given its own ``transactional_id``; the configs add to the run's;
+        ``asyncio``: ``copy --asyncio``)."""
         command = [sys.executable, "-m", "eosclient.cli", "copy", "--input", self.input_topic,
                    "--output", self.output_topic, "--group", self.group,
                    "--transactional-id", transactional_id or self.transactional_id,
                    "--bootstrap-servers", self.proxy.bootstrap_servers,
                    "--max-records-per-transaction", str(self.max_records_per_transaction),
                    "--progress-interval", "0.2", "--log-level", log_level]
+        if asyncio:
+            command.append("--asyncio")
         for key, value in {**self.consumer_config, **(consumer_config or {})}.items():
             command += ["--consumer-property", f"{key}={value}"]
         for key, value in self.producer_config.items():

@@ -353,6 +353,7 @@ class NemesisResult:
     report: CheckReport | None = None
     report_path: Path | None = None
     error: str = ""  # the run itself failed (a broker that went away)
+    asyncio: bool = False  # the workers ran eosclient.aio's processor (``copy --asyncio``)
 
     @property
     def uncommitted(self) -> int:
@@ -382,11 +383,13 @@ class NemesisResult:
         """The command that replays this run's schedule."""
         return (f"python -m eosclient.testing.nemesis --broker {self.broker} --seeds {self.seed} "
                 f"--duration {self.schedule.duration:g} --records {self.records} "
-                f"--workers {self.schedule.workers} --partitions {self.partitions}")
+                f"--workers {self.schedule.workers} --partitions {self.partitions}"
+                + (" --asyncio" if self.asyncio else ""))
 
     def summary(self) -> str:
         """The seed, the schedule, the problems and the replay command (a failure message)."""
-        lines = [f"nemesis on {self.broker}, seed {self.seed}: "
+        lines = [f"nemesis on {self.broker}{' (asyncio)' if self.asyncio else ''}, "
+                 f"seed {self.seed}: "
                  + ("OK" if not self.problems() else "PROBLEMS"),
                  *(f"  {p}" for p in self.problems())]
         if self.report is not None and not self.report.ok:
@@ -455,8 +458,9 @@ class _Nemesis:
     """One run in progress: the workers, the clock, the sampler (see the module docstring)."""
 
     def __init__(self, broker: RunningBroker, schedule: Schedule, *, records: int,
-                 partitions: int, max_records_per_transaction: int) -> None:
-        self.result = NemesisResult(broker.kind, schedule.seed, schedule, records, partitions)
+                 partitions: int, max_records_per_transaction: int, asyncio: bool) -> None:
+        self.result = NemesisResult(broker.kind, schedule.seed, schedule, records, partitions,
+                                    asyncio=asyncio)
         self.schedule = schedule
         self.kind = broker.kind
         prefill = min(records, max(partitions, records // 4))
@@ -495,7 +499,7 @@ class _Nemesis:
         member = None if role == "extra" else txn  # an extra member is dynamic (module doc)
         child = self.run.child(transactional_id=txn,
                                consumer_config={"group.instance.id": member or ""},
-                               log_level="info")
+                               log_level="info", asyncio=self.result.asyncio)
         instance = Instance(slot, role, round(self.now(), 2), child)
         self.result.instances.append(instance)
         self.current[slot] = instance
@@ -733,7 +737,7 @@ class _Nemesis:
 def run_nemesis(broker: RunningBroker, *, seed: int, duration: float = 60.0,
                 records: int = 20_000, workers: int = 3, partitions: int = 6,
                 max_records_per_transaction: int = 200, report_dir: Path | None = None,
-                schedule: Schedule | None = None) -> NemesisResult:
+                schedule: Schedule | None = None, asyncio: bool = False) -> NemesisResult:
     """Run the nemesis once on ``broker`` (shared is fine: the run's names are its own).
 
     Args:
@@ -747,6 +751,7 @@ def run_nemesis(broker: RunningBroker, *, seed: int, duration: float = 60.0,
         max_records_per_transaction: Each worker's transaction size.
         report_dir: Where the HTML report goes (``nemesis-<broker>-seed<N>.html``); None: none.
         schedule: Play this schedule instead of drawing one.
+        asyncio: The workers run ``eosclient copy --asyncio`` (eosclient.aio's processor).
 
     Returns:
         The result; a run that could not be played at all has ``error`` set.
@@ -755,7 +760,8 @@ def run_nemesis(broker: RunningBroker, *, seed: int, duration: float = 60.0,
     print(schedule, flush=True)
     started = time.monotonic()
     nemesis = _Nemesis(broker, schedule, records=records, partitions=partitions,
-                       max_records_per_transaction=max_records_per_transaction)
+                       max_records_per_transaction=max_records_per_transaction,
+                       asyncio=asyncio)
     result = nemesis.result
     try:
         nemesis.play()
@@ -855,13 +861,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=6, help="per topic (6)")
     parser.add_argument("--report-dir", type=Path, default=Path("nemesis-reports"),
                         help="where the HTML reports go (nemesis-reports)")
+    parser.add_argument("--asyncio", action="store_true",
+                        help="the workers run eosclient.aio's processor (copy --asyncio)")
     args = parser.parse_args(argv)
     results: list[NemesisResult] = []
     with start_broker(args.broker) as broker:
         for seed in args.seeds:
             result = run_nemesis(broker, seed=seed, duration=args.duration,
                                  records=args.records, workers=args.workers,
-                                 partitions=args.partitions, report_dir=args.report_dir)
+                                 partitions=args.partitions, report_dir=args.report_dir,
+                                 asyncio=args.asyncio)
             results.append(result)
             print(format_table([result]).splitlines()[-1], flush=True)
             if result.problems():
