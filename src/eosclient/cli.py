@@ -219,14 +219,22 @@ def _copy(args: argparse.Namespace) -> int:
         try:
             ran = processor.run(max_records=args.max_records, idle_timeout=args.idle_timeout)
             stats = asyncio.run(ran) if inspect.isawaitable(ran) else ran
-        except ConfigError as exc:
-            print(f"eosclient copy: {exc}", file=sys.stderr)
-            return 2
         except EosError as exc:
-            print(f"eosclient copy: {_explain(exc)}", file=sys.stderr)
-            return 1
+            failed: EosError | None = exc
+        else:
+            failed = None
         finally:
+            # The last word waits for the progress lines to end: written between a progress
+            # line and its newline, it ended up inside that line (the nemesis read a zombie's
+            # FencedError as progress, and the zombie as not fenced).
             stop.set()
+            reporter.join()
+    if isinstance(failed, ConfigError):
+        print(f"eosclient copy: {failed}", file=sys.stderr)
+        return 2
+    if failed is not None:
+        print(f"eosclient copy: {_explain(failed)}", file=sys.stderr)
+        return 1
     print(f"done: {stats}", flush=True)
     return 0
 
@@ -234,7 +242,7 @@ def _copy(args: argparse.Namespace) -> int:
 def _report(processor: ExactlyOnceProcessor | AsyncExactlyOnceProcessor, stop: threading.Event,
             interval: float) -> None:
     while not stop.wait(interval):
-        print(processor.stats, flush=True)
+        print(f"{processor.stats}\n", end="", flush=True)  # one write: a line is never split
 
 
 @contextmanager
