@@ -442,6 +442,11 @@ def test_a_leader_that_always_leaves_the_member_out_is_given_in_to_at_warning(
     assert "generation 7 again has no assignment for member 'm1' (4 times in a row)" \
         in caplog.text
     assert m.state is State.ASSIGNING and m.take_assignment(3.0) == []
+    m.on_response(one(m.poll(4.0, counts), "heartbeat"), beat(27), 4.0)  # a rebalance
+    m.revoked(4.0)
+    _unnamed_sync(m, 4.0, generation=8)
+    assert "generation 8 again has no assignment for member 'm1' (5 times in a row)" \
+        in caplog.text
 
 
 def test_a_leader_whose_assignment_was_applied_in_the_same_generation_stays() -> None:

@@ -413,22 +413,19 @@ class Membership:
                          f"kept the old one (the partitions of departed members would be read "
                          f"by nobody)", now)
             return
-        if not response.assignment and self._unnamed < _UNNAMED_REFORMS:
-            # Every assignor writes an assignment for each member it was told of, an empty one
-            # included; no bytes at all mean the leader's member list did not name this member
-            self._unnamed += 1
+        # Every assignor writes an assignment for each member it was told of, an empty one
+        # included; no bytes at all mean the leader's member list did not name this member.
+        self._unnamed = self._unnamed + 1 if not response.assignment else 0
+        if 0 < self._unnamed <= _UNNAMED_REFORMS:
             self._reform(f"answered SyncGroup of generation {self.generation} with no "
                          f"assignment for member {self.member_id!r}: the leader's member list "
                          f"did not name it (a stale entry took its place), so the partitions "
                          f"meant for it would be read by nobody", now)
             return
-        if not response.assignment:
+        if self._unnamed:
             log.warning("group %r: generation %d again has no assignment for member %r (%d "
                         "times in a row): taking none; the leader's assignor leaves it out",
-                        self.settings.group_id, self.generation, self.member_id,
-                        self._unnamed + 1)
-        else:
-            self._unnamed = 0
+                        self.settings.group_id, self.generation, self.member_id, self._unnamed)
         self.assignment = wire.read_assignment(response.assignment)
         self._synced = self.generation
         log.info("group %r: generation %d assigns %s", self.settings.group_id, self.generation,
