@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
 import signal
 import sys
 import threading
@@ -217,8 +216,12 @@ def _copy(args: argparse.Namespace) -> int:
     with _signals_call(processor.stop):
         reporter.start()
         try:
-            ran = processor.run(max_records=args.max_records, idle_timeout=args.idle_timeout)
-            stats = asyncio.run(ran) if inspect.isawaitable(ran) else ran
+            if isinstance(processor, AsyncExactlyOnceProcessor):
+                stats = asyncio.run(processor.run(max_records=args.max_records,
+                                                  idle_timeout=args.idle_timeout))
+            else:
+                stats = processor.run(max_records=args.max_records,
+                                      idle_timeout=args.idle_timeout)
         except EosError as exc:
             failed: EosError | None = exc
         else:
