@@ -743,10 +743,21 @@ class ReadCommittedConsumer:
     # -- lifecycle ------------------------------------------------------------------------------
 
     @serialized
-    def close(self, timeout: float | None = None) -> None:
-        """Revoke (``on_revoke``), leave the group (a static member does not: it keeps its
-        place for ``session.timeout.ms``), close the connections. Idempotent; errors on the
-        way are logged, not raised: closing always closes."""
+    def close(self, timeout: float | None = None, *, leave_group: bool = False) -> None:
+        """Revoke (``on_revoke``), leave the group, close the connections. Idempotent; errors
+        on the way are logged, not raised: closing always closes.
+
+        Args:
+            timeout: Seconds for all of it (``default.api.timeout.ms`` if None); the LeaveGroup
+                is waited for 5 s at most.
+            leave_group: Whether a static member (``group.instance.id``) leaves too. By
+                default it does not: it keeps its place, and its partitions, for
+                ``session.timeout.ms``, for a restart to take over (KIP-345). True for a member
+                that will not come back (scaled down), or that learnt it was replaced (a
+                fenced producer of the same instance). It leaves under its member id alone,
+                so a coordinator removes that member and no other. A dynamic member always
+                leaves.
+        """
         deadline = self._deadline(timeout)
         with self._lock:
             if self._closed:
@@ -762,7 +773,8 @@ class ReadCommittedConsumer:
         with self._lock:
             self._closed = True
             if self._group is not None and self._loop.crashed is None:
-                self._group.leave(self._loop, min(deadline, time.monotonic() + _LEAVE_WAIT))
+                self._group.leave(self._loop, min(deadline, time.monotonic() + _LEAVE_WAIT),
+                                  static_too=leave_group)
             self._loop.stop()
         self._loop.join(max(0.1, deadline - time.monotonic()))
         self._finalizer.detach()

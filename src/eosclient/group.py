@@ -226,9 +226,10 @@ class GroupCoordinator:
         assert job.result is not None
         return job.result
 
-    def leave(self, loop: IoLoop, deadline: float) -> None:
-        """Leave the group; wait (under the lock) until LeaveGroup is answered or ``deadline``."""
-        self.membership.leave(time.monotonic())
+    def leave(self, loop: IoLoop, deadline: float, *, static_too: bool = False) -> None:
+        """Leave the group (a static member too if ``static_too``); wait (under the lock) until
+        LeaveGroup is answered or ``deadline``."""
+        self.membership.leave(time.monotonic(), static_too=static_too)
         with contextlib.suppress(KafkaTimeoutError, ResponseTooLargeError):  # closing closes
             loop.wait_until(lambda: self.left, deadline, "LeaveGroup", loop.check_alive)
 

@@ -29,6 +29,9 @@ Failures, by kind (see :mod:`eosclient.errors`):
   :class:`~eosclient.errors.FatalError`: the producer and consumer are closed and ``run()``
   raises. The processor does not rejoin on its own: a fenced instance is a zombie, and the
   newer one already does its work; a supervisor may build a new processor if it knows better.
+  A fenced instance's consumer leaves the group, static or not, under its member id alone
+  (``close(leave_group=True)``): a broker that does not expire it (Tansu) would otherwise keep
+  partitions assigned to it for good.
 * An exception raised by the transform: the transaction is aborted, the clients closed, and
   ``run()`` re-raises it (nothing of that transaction was committed).
 
@@ -76,8 +79,10 @@ static members):
   aborts instead, even before its I/O thread noticed the lost session;
 * lost partitions (``on_lost``, KIP-429) abort the open transaction, never commit it;
 * a worker that lost its generation, or whose loop did not turn for a whole session (a stopped
-  process), with no transaction open proves its producer was not replaced meanwhile: one record
-  in a transaction it aborts, which a newer epoch refuses (``FencedError``);
+  process), or that is assigned partitions, with no transaction open proves its producer was
+  not replaced meanwhile: one record in a transaction it aborts, which a newer epoch refuses
+  (``FencedError``) (Tansu may give a zombie paused for less than its session and its
+  replacement one member id, and both the same partitions);
 * newly assigned partitions start only once every transaction that was open on the output has
   ended (the output's LSO passes its high watermark of the moment; at most
   ``transaction.timeout.ms``), then from the offsets the group shows: a previous owner's last
@@ -269,11 +274,11 @@ class _Ports:
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
-    def close_clients(self) -> None:
+    def close_clients(self, replaced: bool) -> None:
         consumer, producer = self.consumer, self.producer
         try:
             if consumer is not None:
-                consumer.close()
+                consumer.close(leave_group=replaced)
         finally:
             self.consumer = self.producer = None
             if producer is not None:

@@ -186,7 +186,8 @@ def test_a_redone_transaction_on_other_partitions_commits_exactly_once(
 
     with KafkaProxy(noida_broker.host, noida_broker.port) as proxy:
         # The broker writes the first batch; the client is told it is out of order: abort.
-        rule = proxy.add_rule(Rule(api_key=ApiKey.PRODUCE, action=RewriteError(45)))
+        # (The first Produce is the fence probe of the assignment.)
+        rule = proxy.add_rule(Rule(api_key=ApiKey.PRODUCE, action=RewriteError(45), nth=2))
         processor = ExactlyOnceProcessor(
             bootstrap_servers=proxy.bootstrap_servers, input_topics=[source], output_topic=sink,
             group_id=unique_name("g"), transactional_id=unique_name("t"),

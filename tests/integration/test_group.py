@@ -404,6 +404,25 @@ def test_a_member_closed_while_its_join_is_held_leaves_at_once(
     assert time.monotonic() - started < 4.0  # answered, not waited out (5 s)
 
 
+@pytest.mark.parametrize("leave_group", [False, True])
+def test_a_static_member_leaves_on_close_only_when_told(
+        broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str],
+        leave_group: bool) -> None:
+    # KIP-345: a static member keeps its place when it closes, for a restart to take it over;
+    # close(leave_group=True) leaves (a fenced processor: Tansu kept a replaced member's
+    # partitions assigned to it for good, nemesis Tansu seed 2).
+    create_topic(broker, topic_name, 2)
+    group = unique_name("group")
+    consumer = ReadCommittedConsumer(broker.bootstrap_servers, group_id=group,
+                                     config={"group.instance.id": "i", "session.timeout.ms": 30000})
+    try:
+        consumer.subscribe([topic_name])
+        wait_for(lambda: consumer.poll(0.05) is not None and len(consumer.assignment()) == 2, 60)
+    finally:
+        consumer.close(leave_group=leave_group)
+    assert len(_members(broker, group)) == (0 if leave_group else 1)
+
+
 def _sole_static_member(broker: RunningBroker, group: str, topic: str) -> Member:
     """A static member (6 s session) of a new topic's group, once it holds every partition."""
     create_topic(broker, topic)

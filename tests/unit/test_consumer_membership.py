@@ -280,6 +280,17 @@ def test_leave_sends_leave_group_once() -> None:
     assert m.poll(0.6, counts) == [] and m.state is State.UNJOINED
 
 
+def test_a_static_member_leaves_only_when_told_and_then_by_member_id_alone() -> None:
+    m, _ = stable(settings=STATIC)
+    m.leave(0.5)  # keeps its place for a restart (KIP-345)
+    assert m.poll(0.5, counts) == [] and m.state is State.UNJOINED
+    m, _ = stable(settings=STATIC)
+    m.leave(0.5, static_too=True)  # replaced, or gone for good
+    [member] = one(m.poll(0.5, counts), "leave").request.members
+    # the instance id left out: a coordinator removes this member id or nothing
+    assert (member.member_id, member.group_instance_id) == ("m1", None)
+
+
 @pytest.mark.parametrize(("code", "again"), [(0, True), (25, False)])  # 25: UNKNOWN_MEMBER_ID
 def test_a_join_answered_after_leave_is_left_again(code: int, again: bool) -> None:
     # Tansu completes a JoinGroup it held after a LeaveGroup that overtook it (JoinGroup has a

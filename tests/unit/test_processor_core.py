@@ -323,3 +323,32 @@ def test_a_member_that_lost_its_generation_proves_it_was_not_replaced(
         else:
             drive(steps, script)
     assert script.names() == ["producer.begin_transaction", "front.probe"]
+
+
+def test_partitions_assigned_are_taken_only_after_proving_this_instance_was_not_replaced(
+        kind: type[Script]) -> None:
+    # Tansu gives a static member that joins again under its instance id the member id of
+    # the one it replaces: a zombie paused for less than its session and its replacement
+    # were one member, both given its partitions, and with no input left the zombie held
+    # them, never fenced (nemesis Tansu seed 17, asyncio).
+    script = kind(front__probe=FencedError("newer epoch"))
+    steps = ProcessorCore(settings()).on_assign([TP])
+    with pytest.raises(FencedError):
+        if isinstance(script, AsyncScript):
+            asyncio.run(adrive(steps, script))
+        else:
+            drive(steps, script)
+    assert script.names() == ["producer.begin_transaction", "front.probe"]  # nothing read
+
+
+@pytest.mark.parametrize("error", [FencedError("newer epoch"), AbortableError("refused")])
+def test_a_fenced_instance_leaves_the_group_as_it_closes(kind: type[Script],
+                                                         error: Exception) -> None:
+    # A static member keeps its place when it closes, for a restart to take over; a fenced
+    # one was replaced, and Tansu, which may never expire it, kept partitions assigned to
+    # it for good (nemesis Tansu seed 2, asyncio).
+    script = kind(consumer__poll_batch=lambda timeout, most: {TP: columns(0, 1)},
+                  producer__commit_transaction=error)
+    with pytest.raises(type(error)):
+        run(script, ProcessorCore(settings(max_consecutive_aborts=1)))
+    assert script.args("front.close_clients") == [(isinstance(error, FencedError),)]

@@ -46,6 +46,15 @@ member id while the process lives (Java does, after the poll interval): a proces
 the session timeout (GC, a stopped VM) may have been replaced meanwhile, and a JoinGroup with an
 empty member id and the instance id would fence the live replacement. With the old member id it
 is the paused process that the coordinator fences.
+
+A static member that is told it was replaced (a processor whose producer was fenced: a newer
+instance took its ``transactional.id``) or that is closed for good (``close(leave_group=True)``)
+does leave, under its member id alone, without the instance id: the coordinator removes that
+member id if the group still holds it, and nothing else (Kafka; noida-db and Tansu alike, which
+look at the member id only). Tansu does not always expire a static member that stopped
+heartbeating, and kept a replaced one's partitions assigned to it for good (nemesis Tansu
+seed 2, asyncio); on Tansu a replacement may share the member id of the one it replaced, and
+the live one then joins again (UNKNOWN_MEMBER_ID): one rebalance.
 """
 
 from __future__ import annotations
@@ -135,6 +144,7 @@ class Membership:
         self._asked = False  # REBALANCE_IN_PROGRESS since the last JoinGroup answer
         self._synced = -1  # the last generation whose SyncGroup gave this member its assignment
         self._held = False  # a stopped static member's join as new waits for the application
+        self._leave_static = False  # leave() sends LeaveGroup for a static member too
         self._own_share: bytes | None = None  # what this leader assigned itself (to check)
         self._unnamed = 0  # SyncGroup answers in a row that had no assignment for this member
         self._joined: Any = None  # the leader's JoinGroup answer, kept while it assigns
@@ -171,10 +181,11 @@ class Membership:
         assignment, self.assignment = self.assignment, []
         return assignment
 
-    def leave(self, now: float) -> None:
-        """Leave the group (LeaveGroup if a member id was given and the member is not static);
-        idempotent."""
+    def leave(self, now: float, *, static_too: bool = False) -> None:
+        """Leave the group (LeaveGroup if a member id was given, and the member is not static
+        or ``static_too``: see the module docstring); idempotent."""
         if self.state is not State.FAILED:
+            self._leave_static = static_too
             self._transition(Input.CALL_LEAVE, now)
 
     @property
@@ -232,7 +243,7 @@ class Membership:
         coordinator that answers it after the LeaveGroup (Tansu) admits the member again, and
         then it leaves again (:meth:`on_response`)."""
         rejoined = (self.state is State.UNJOINED and self._join_sent is not None
-                    and self.settings.group_instance_id is None)
+                    and (self.settings.group_instance_id is None or self._leave_static))
         return bool(self._outbox) or rejoined
 
     def wants_coordinator(self) -> bool:
@@ -558,8 +569,9 @@ class Membership:
 
     def _send_leave(self, member_id: str | None = None) -> None:
         """LeaveGroup for this member (or ``member_id``), for a dynamic member only (a static
-        one keeps its place: see above)."""
-        if self.settings.group_instance_id is None:
+        one keeps its place: see above) unless :meth:`leave` said ``static_too``; by member id
+        alone."""
+        if self.settings.group_instance_id is None or self._leave_static:
             self._outbox.append(Send(wire.leave_group(self.settings.group_id,
                                                       member_id or self.member_id),
                                      "leave", self.attempt))

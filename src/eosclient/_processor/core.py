@@ -26,7 +26,7 @@ The ports a front provides:
   producer's ``send_batch(topic, values, keys, headers=headers)`` queues them),
   ``probe(topic, headers)`` (send one record to partition 0 and flush), ``backoff(seconds)``
   (a wait that ``stop()`` ends early: whether it was stopped), ``sleep(seconds)`` and
-  ``close_clients()``.
+  ``close_clients(replaced)`` (the consumer leaves the group, static or not, if ``replaced``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,13 @@ from eosclient._net.backoff import Backoff
 from eosclient._processor.stats import ProcessorStats, StatsCounter
 from eosclient._processor.steps import Io, Steps
 from eosclient._processor.visible import committed_steps
-from eosclient.errors import AbortableError, EosError, KafkaTimeoutError, RetriableError
+from eosclient.errors import (
+    AbortableError,
+    EosError,
+    FencedError,
+    KafkaTimeoutError,
+    RetriableError,
+)
 
 __all__ = ["SOURCE_HEADER", "OutputRecord", "ProcessorCore", "ProcessorSettings"]
 
@@ -179,19 +185,22 @@ class ProcessorCore:
         self.stop_event.clear()
         self.counter.started()
         stop_at = time.monotonic() + timeout if timeout is not None else float("inf")
+        replaced = False  # fenced: the consumer leaves the group, static or not
         try:
             yield from self._open(idle_timeout)
             yield from self._loop(max_records, stop_at, idle_timeout)
             yield from self._commit()
             yield from self._secured()
-        except BaseException:
+        except BaseException as exc:
+            replaced = isinstance(exc, FencedError)
             yield from self._abort_quietly()
             self._committed.clear()  # closing after a failure: do not wait on the broker again
             raise
         finally:
             self._txn = self._securing = None
             try:
-                yield Io("front", "close_clients")  # on_revoke: nothing to commit, offsets to await
+                # on_revoke: nothing to commit, offsets to await
+                yield Io("front", "close_clients", (replaced,))
             finally:
                 self._committed.clear()
         stats = self.counter.snapshot()
@@ -451,8 +460,16 @@ class ProcessorCore:
         yield Io("producer", "abort_transaction")
 
     def on_assign(self, partitions: list[TopicPartition]) -> Steps[None]:
-        """Before processing new partitions, let every transaction that was open on the output
-        end, then start from the offsets the group shows.
+        """Before processing new partitions, prove this instance was not replaced, let every
+        transaction that was open on the output end, then start from the offsets the group
+        shows.
+
+        The proof (:meth:`_prove_not_replaced`) because an assignment does not show that this
+        process is the live one: Tansu gives a static member that joins again under its
+        instance id the member id of the one it replaces, so a zombie paused for less than
+        its session and its replacement are one member to it, and both are given its
+        partitions (nemesis Tansu seed 17, asyncio); with nothing to write, the zombie would
+        hold them for good.
 
         The previous owner may have lost the partitions involuntarily (paused past its session)
         with a transaction open or just committed. On Kafka, an OffsetFetch with
@@ -465,6 +482,8 @@ class ProcessorCore:
         """
         if not partitions:
             return
+        if self._txn is None:
+            yield from self._prove_not_replaced()
         yield from self._await_output_settled()
         yield from self._rewind_to_committed()
 

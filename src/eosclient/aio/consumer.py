@@ -118,9 +118,10 @@ class AsyncReadCommittedConsumer:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def close(self, timeout: float | None = None) -> None:
-        """As :meth:`ReadCommittedConsumer.close`: ``on_revoke`` (awaited), leave the group,
-        close the connections. Idempotent; errors on the way are logged, not raised."""
+    async def close(self, timeout: float | None = None, *, leave_group: bool = False) -> None:
+        """As :meth:`ReadCommittedConsumer.close`: ``on_revoke`` (awaited), leave the group
+        (a static member too if ``leave_group``), close the connections. Idempotent; errors
+        on the way are logged, not raised."""
         sync = self._sync
         if sync._closed:
             return
@@ -143,7 +144,7 @@ class AsyncReadCommittedConsumer:
         sync._closed = True
         group = sync._group
         if group is not None and loop.crashed is None:
-            group.membership.leave(time.monotonic())
+            group.membership.leave(time.monotonic(), static_too=leave_group)
             with contextlib.suppress(KafkaTimeoutError, ResponseTooLargeError):
                 await self._wait_until(lambda: group.left, min(deadline, time.monotonic()
                                                                 + _LEAVE_WAIT),

@@ -208,11 +208,11 @@ class _Ports:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
-    async def close_clients(self) -> None:
+    async def close_clients(self, replaced: bool) -> None:
         consumer, producer = self.consumer, self.producer
         try:
             if consumer is not None:
-                await consumer.close()
+                await consumer.close(leave_group=replaced)
         finally:
             self.consumer = self.producer = None
             if producer is not None:
