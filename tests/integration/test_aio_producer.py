@@ -108,6 +108,34 @@ def test_full_batches_go_out_while_a_send_loop_never_yields(
     assert run_async(main()) > 0
 
 
+def test_a_commit_sends_what_lingers_at_once(
+        broker: RunningBroker, unique_name: Callable[[str], str], run_async: Run) -> None:
+    # commit_transaction() flushes: the batches it waits for go out at once, whatever
+    # linger.ms says. On the event loop a commit begun within a millisecond of the last turn
+    # (here the one that answered flush()) waited for the timer that turn had set: linger.ms,
+    # 5 ms a transaction by default (the asyncio processor ran at half its speed), or the
+    # sender's 1 s liveness bound.
+    topic = topics.create_topic(broker, unique_name("t"), 1)
+
+    async def main() -> list[float]:
+        took = []
+        async with producer(broker, unique_name("txn"), **{"linger.ms": 60_000}) as p:
+            await p.init_transactions(TIMEOUT)
+            for i in range(5):
+                p.begin_transaction()
+                await p.send(topic, b"%d" % i, partition=0)
+                await p.flush(TIMEOUT)
+                await p.send(topic, b"%d again" % i, partition=0)
+                started = time.monotonic()
+                await p.commit_transaction(TIMEOUT)
+                took.append(time.monotonic() - started)
+        return took
+
+    took = run_async(main())
+    assert max(took) < 0.5, took  # a few round trips on loopback, not a timer's wait
+    assert len(committed_values(broker, topic, 1)) == 10
+
+
 def test_a_records_delivery_settles_with_its_batch(
         broker: RunningBroker, unique_name: Callable[[str], str], run_async: Run) -> None:
     # send()'s Delivery (made by the sync producer's send(), one object a record): unsettled

@@ -437,7 +437,12 @@ class AsyncTransactionalProducer:
         now = time.monotonic()
         sync._shortcuts.clear()  # the state changes: send() must ask the core again
         completion = call(now, now + seconds)
-        driver.pump()  # its first requests go out now, not after a trip through the loop
+        # Its first requests go out now, not after a trip through the loop; and a turn runs
+        # again once the loop is reached even if pump() did not turn (one turned less than
+        # a millisecond ago): else the batches a commit flushes waited for the timer that
+        # turn set, linger.ms, about 5 ms a transaction.
+        sync._sender.wake()
+        driver.pump()
         try:
             while not completion.done:
                 sync._sender.check_alive()
