@@ -114,8 +114,12 @@ _DEFAULTS: dict[str, Any] = {
 
 
 def run(script: Script, core: ProcessorCore, **limits: Any) -> Any:
-    steps = core.run(limits.get("max_records"), limits.get("timeout", 5.0),
-                     limits.get("idle_timeout"))
+    return steps_on(script, core.run(limits.get("max_records"), limits.get("timeout", 5.0),
+                                     limits.get("idle_timeout")))
+
+
+def steps_on(script: Script, steps: Any) -> Any:
+    """Drive ``steps`` with the script, by the driver of its kind (sync or asyncio)."""
     if isinstance(script, AsyncScript):
         return asyncio.run(adrive(steps, script))
     return drive(steps, script)
@@ -315,13 +319,8 @@ def test_partitions_lost_and_given_back_start_past_what_this_instance_committed(
 def test_a_member_that_lost_its_generation_proves_it_was_not_replaced(
         kind: type[Script]) -> None:
     script = kind(front__probe=FencedError("newer epoch"))
-    core = ProcessorCore(settings())
-    steps = core.on_lost([TP])
     with pytest.raises(FencedError):
-        if isinstance(script, AsyncScript):
-            asyncio.run(adrive(steps, script))
-        else:
-            drive(steps, script)
+        steps_on(script, ProcessorCore(settings()).on_lost([TP]))
     assert script.names() == ["producer.begin_transaction", "front.probe"]
 
 
@@ -332,12 +331,8 @@ def test_partitions_assigned_are_taken_only_after_proving_this_instance_was_not_
     # were one member, both given its partitions, and with no input left the zombie held
     # them, never fenced (nemesis Tansu seed 17, asyncio).
     script = kind(front__probe=FencedError("newer epoch"))
-    steps = ProcessorCore(settings()).on_assign([TP])
     with pytest.raises(FencedError):
-        if isinstance(script, AsyncScript):
-            asyncio.run(adrive(steps, script))
-        else:
-            drive(steps, script)
+        steps_on(script, ProcessorCore(settings()).on_assign([TP]))
     assert script.names() == ["producer.begin_transaction", "front.probe"]  # nothing read
 
 
