@@ -39,6 +39,7 @@ from eosclient._consumer.loop import IoLoop
 from eosclient._consumer.membership import Membership, Send, Settings, State
 from eosclient._consumer.offsets import OffsetJob
 from eosclient._consumer.partitions import Assignment, Phase
+from eosclient._consumer.stand_in import KIND as STAND_IN
 from eosclient._core.types import TopicPartition
 from eosclient._net.backoff import Backoff
 from eosclient._net.client import Answer, NetworkClient
@@ -54,6 +55,7 @@ application's thread."""
 _COORDINATOR_IDS: Final = 2**31 - 1  # Java: Integer.MAX_VALUE - broker id
 _JOIN_IDS: Final = -(2**30)  # JoinGroup and SyncGroup, which the coordinator holds (above)
 _HELD: Final = frozenset({"join", "sync"})
+_STAND_IN_IDS: Final = -(2**29)  # a stand-in's requests (its JoinGroup is held too)
 
 
 class RebalanceStep(NamedTuple):
@@ -287,6 +289,7 @@ class GroupCoordinator:
         if node is not None:
             self._client.add_node(_COORDINATOR_IDS - node.node_id, node.host, node.port)
             self._client.add_node(_JOIN_IDS - node.node_id, node.host, node.port)
+            self._client.add_node(_STAND_IN_IDS - node.node_id, node.host, node.port)
 
     def _fail_all(self) -> None:
         error = self.lookup.error
@@ -308,6 +311,8 @@ class GroupCoordinator:
             return
         if send.kind in _HELD:
             node += _JOIN_IDS - _COORDINATOR_IDS
+        elif send.kind == STAND_IN:
+            node += _STAND_IN_IDS - _COORDINATOR_IDS
         if send.kind == "leave":
             self.leaving = True
         self._client.send(node, send.request, partial(self._on_membership, send),

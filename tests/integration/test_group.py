@@ -423,6 +423,28 @@ def test_a_static_member_leaves_on_close_only_when_told(
     assert len(_members(broker, group)) == (0 if leave_group else 1)
 
 
+def test_a_group_whose_leader_closes_while_a_member_joins_forms_again(
+        broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    # A rolling restart: a new member joins, and the old one, the group's leader, closes before
+    # it has rejoined. Tansu kept naming the departed member leader of the forming generation,
+    # and no generation formed, for good; the new member now stands in for it.
+    create_topic(broker, topic_name, 2)
+    group = unique_name("group")
+    config = {"session.timeout.ms": 6000}
+    old = ReadCommittedConsumer(broker.bootstrap_servers, group_id=group, config=config)
+    new = ReadCommittedConsumer(broker.bootstrap_servers, group_id=group, config=config)
+    try:
+        old.subscribe([topic_name])
+        wait_for(lambda: old.poll(0.05) is not None and len(old.assignment()) == 2, 60)
+        new.subscribe([topic_name])
+        wait_for(lambda: new.poll(0.05) is not None and len(_members(broker, group)) == 2)
+        old.close()
+        wait_for(lambda: new.poll(0.05) is not None and len(new.assignment()) == 2, 60)
+    finally:
+        old.close()
+        new.close()
+
+
 def _sole_static_member(broker: RunningBroker, group: str, topic: str) -> Member:
     """A static member (6 s session) of a new topic's group, once it holds every partition."""
     create_topic(broker, topic)

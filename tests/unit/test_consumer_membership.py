@@ -352,7 +352,8 @@ def test_a_follower_never_synced_in_its_generation_rejoins_it_without_leaving(
     m.on_response(one(m.poll(1.5, counts), "join"),
                   joined(member="m1", leader="m2", generation=5), 2.0)
     assert m.state is State.SYNCING and m.generation == 5
-    assert [s.kind for s in m.poll(2.0, counts)] == ["sync"]
+    # (and asks whether its leader is a member: below, a leader gone from its generation)
+    assert [s.kind for s in m.poll(2.0, counts)] == ["stand-in", "sync"]
 
 
 @pytest.mark.parametrize("settings", [SETTINGS, STATIC])
@@ -472,20 +473,17 @@ def test_a_leader_whose_assignment_was_applied_in_the_same_generation_stays() ->
     assert m.state is State.ASSIGNING and m.take_assignment(3.0) == mine
 
 
-def test_a_static_member_takes_back_its_old_member_id_named_leader_by_no_one(
-        caplog: pytest.LogCaptureFixture) -> None:
+def test_a_static_member_stands_in_at_once_for_its_own_old_id_named_leader() -> None:
     # Tansu, after a static leader's process died and its session ran out, went on naming its
     # old member id as leader when the restarted instance joined under a new one: nobody
-    # assigned, every SyncGroup got REBALANCE_IN_PROGRESS, for good. The instance takes it back.
+    # assigned, every SyncGroup got REBALANCE_IN_PROGRESS, for good. No live member holds an
+    # old id of this member's own instance: the stand-in goes without waiting for a refusal.
     m, join = joining(settings=STATIC)
     old = "i-1-0f66bc71-fd48-919e-856c-8edbce53a410"
     m.on_response(join, joined(member="i-1-new", leader=old, generation=4), 1.0)
-    assert f"names as leader {old!r}, a member id it gave this instance before" in caplog.text
-    leave = one(m.poll(1.0, counts), "leave")
-    assert leave.request.members[0].member_id == "i-1-new"
-    m.on_response(leave, APIS[ApiKey.LEAVE_GROUP].response(
-        version=3, throttle_time_ms=0, error_code=0, members=[]), 2.0)
-    assert one(m.poll(2.0, counts), "join").request.member_id == old
+    assert m.state is State.SYNCING and m.member_id == "i-1-new"
+    probe = one(m.poll(1.0, counts), "stand-in").request
+    assert (probe.API_KEY, probe.member_id) == (ApiKey.HEARTBEAT, old)
 
 
 @pytest.mark.parametrize(("settings", "leader"), [
@@ -493,10 +491,12 @@ def test_a_static_member_takes_back_its_old_member_id_named_leader_by_no_one(
     (STATIC, "i-1-x-0f66bc71-fd48-919e-856c-8edbce53a410"),  # instance "i-1-x", not "i-1"
     (SETTINGS, "i-1-0f66bc71-fd48-919e-856c-8edbce53a410"),  # a dynamic member has no instance
 ])
-def test_a_leader_id_of_another_instance_is_left_alone(settings: Settings, leader: str) -> None:
+def test_a_leader_id_of_another_instance_is_not_stood_in_for_at_once(settings: Settings,
+                                                                      leader: str) -> None:
     m, join = joining(settings=settings)
     m.on_response(join, joined(member="i-1-new", leader=leader, generation=4), 1.0)
     assert m.state is State.SYNCING and m.member_id == "i-1-new"
+    assert [s.kind for s in m.poll(1.0, counts)] == ["sync"]
 
 
 def test_a_rejoin_answered_with_a_new_generation_syncs() -> None:
@@ -692,3 +692,73 @@ def test_a_rebalance_that_does_not_end_is_said_at_warning(
         clock[0] = 83.0
         assert until(112.0) == 2
         assert until(113.0) == 3
+
+
+def _refused_then_same_leader(leader: str = "gone") -> tuple[Membership, list[Send]]:
+    """A follower of ``leader`` whose SyncGroup was answered REBALANCE_IN_PROGRESS and whose
+    next JoinGroup the same generation and leader; what it sends next."""
+    m, join = joining()
+    m.on_response(join, joined(leader=leader), 0.0)
+    m.on_response(one(m.poll(0.0, counts), "sync"), synced([], code=27), 4.8)
+    m.on_response(one(m.poll(4.8, counts), "join"), joined(leader=leader), 7.8)
+    return m, m.poll(7.8, counts)
+
+
+def test_a_follower_stands_in_for_a_leader_gone_from_its_generation(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Tansu keeps naming as leader a member that left a forming generation: nobody assigns, and
+    # every SyncGroup is refused, for good (a rolling restart: a member joins, the leader
+    # closes). A follower asks whether the leader is a member, and if not joins in its name,
+    # assigns nothing to anyone, and leaves: the next generation has no leader named.
+    m, sends = _refused_then_same_leader()
+    assert m.state is State.SYNCING  # this member goes on as usual meanwhile
+    assert [s.kind for s in sends] == ["stand-in", "sync"]
+    probe = one(sends, "stand-in").request
+    assert (probe.API_KEY, probe.member_id, probe.generation_id) == (ApiKey.HEARTBEAT, "gone", 5)
+    assert m.pending  # close() waits for the stand-in
+    m.on_response(one(sends, "stand-in"), beat(25), 8.0)  # UNKNOWN_MEMBER_ID: not a member
+    assert "leader 'gone', which left the group; standing in for it" in caplog.text
+    join = one(m.poll(8.0, counts), "stand-in")
+    assert (join.request.API_KEY, join.request.member_id) == (ApiKey.JOIN_GROUP, "gone")
+    assert join.request.group_instance_id is None
+    m.on_response(join, joined(member="gone", leader="gone", generation=5,
+                               members={"gone": ["t"], "m1": ["t"], "m2": ["t"]}), 11.0)
+    sync = one(m.poll(11.0, counts), "stand-in").request
+    assert (sync.API_KEY, sync.member_id, sync.generation_id) == (ApiKey.SYNC_GROUP, "gone", 5)
+    assert {a.member_id: wire.read_assignment(a.assignment) for a in sync.assignments} == {
+        "gone": [], "m1": [], "m2": []}
+    m.on_response(_sent(m, sync), synced([]), 11.1)
+    leave = one(m.poll(11.1, counts), "stand-in").request
+    assert (leave.API_KEY, leave.members[0].member_id) == (ApiKey.LEAVE_GROUP, "gone")
+    m.on_response(_sent(m, leave), APIS[ApiKey.LEAVE_GROUP].response(
+        version=3, throttle_time_ms=0, error_code=0, members=[]), 11.2)
+    assert not m.pending and m.poll(11.2, counts) == []
+
+
+def _sent(m: Membership, request: Any) -> Send:
+    return Send(request, "stand-in", m.attempt)
+
+
+def test_a_leader_that_is_a_member_is_not_stood_in_for() -> None:
+    m, sends = _refused_then_same_leader()
+    m.on_response(one(sends, "stand-in"), beat(27), 8.0)  # a member, slow to assign
+    assert not m.pending and [s.kind for s in m.poll(8.0, counts)] == []
+
+
+def test_a_stand_in_cut_after_its_join_leaves_in_the_leaders_name() -> None:
+    m, sends = _refused_then_same_leader()
+    m.on_response(one(sends, "stand-in"), beat(25), 8.0)
+    join = one(m.poll(8.0, counts), "stand-in")
+    m.on_failure(join, EosError("cut"), 9.0)  # it may have been taken in as the leader
+    leave = one(m.poll(9.0, counts), "stand-in").request
+    assert (leave.API_KEY, leave.members[0].member_id) == (ApiKey.LEAVE_GROUP, "gone")
+
+
+@pytest.mark.parametrize("second", [joined(leader="other"), joined(leader="gone", generation=6)])
+def test_a_refused_sync_then_a_new_leader_or_generation_stands_in_for_nobody(second: Any) -> None:
+    # Kafka and noida-db answer the rejoin after a refused SyncGroup with a new generation
+    m, join = joining()
+    m.on_response(join, joined(leader="gone"), 0.0)
+    m.on_response(one(m.poll(0.0, counts), "sync"), synced([], code=27), 4.8)
+    m.on_response(one(m.poll(4.8, counts), "join"), second, 7.8)
+    assert [s.kind for s in m.poll(7.8, counts)] == ["sync"]

@@ -76,6 +76,8 @@ from eosclient._consumer.group_table import (
     Settings,
     State,
 )
+from eosclient._consumer.stand_in import KIND as STAND_IN
+from eosclient._consumer.stand_in import StandIn
 from eosclient._core.types import TopicPartition
 from eosclient._net.backoff import Backoff
 from eosclient.errors import (
@@ -147,6 +149,10 @@ class Membership:
         self._leave_static = False  # leave() sends LeaveGroup for a static member too
         self._own_share: bytes | None = None  # what this leader assigned itself (to check)
         self._unnamed = 0  # SyncGroup answers in a row that had no assignment for this member
+        self._leader = ""  # the leader the last JoinGroup answer named
+        self._refused: tuple[int, str] | None = None  # (generation, leader) of a SyncGroup
+        # answered REBALANCE_IN_PROGRESS, until the next answer
+        self._stand_in: StandIn | None = None  # for a leader gone from its generation
         self._joined: Any = None  # the leader's JoinGroup answer, kept while it assigns
         self._protocol = ""
         self._assigned_from: dict[str, int] = {}  # the leader's partition counts
@@ -244,7 +250,7 @@ class Membership:
         then it leaves again (:meth:`on_response`)."""
         rejoined = (self.state is State.UNJOINED and self._join_sent is not None
                     and (self.settings.group_instance_id is None or self._leave_static))
-        return bool(self._outbox) or rejoined
+        return bool(self._outbox) or rejoined or self._stand_in is not None
 
     def wants_coordinator(self) -> bool:
         """Whether the membership needs the coordinator (it is in the group or joining)."""
@@ -268,7 +274,9 @@ class Membership:
         """Read the answer to ``sent``."""
         self._check_stopped(now)
         self._answered(sent, now)
-        if sent.kind == "heartbeat":
+        if sent.kind == STAND_IN:
+            self._stood_in(self._stand_in.on_response(response) if self._stand_in else None)
+        elif sent.kind == "heartbeat":
             self._on_heartbeat(sent, response.error_code, now)
         elif sent.attempt == self.attempt and sent.kind in ("join", "sync"):
             self._waiting = False
@@ -290,7 +298,9 @@ class Membership:
         self._check_stopped(now)
         self.lookup.lost(now)
         self._answered(sent, now)
-        if sent.kind == "heartbeat":
+        if sent.kind == STAND_IN:
+            self._stood_in(self._stand_in.on_failure() if self._stand_in else None)
+        elif sent.kind == "heartbeat":
             self._heartbeat_in_flight = False
             self._heartbeat_at = now + self.settings.retry_backoff
         elif sent.attempt == self.attempt and sent.kind in ("join", "sync"):
@@ -324,13 +334,12 @@ class Membership:
             self._on_error(ApiKey.JOIN_GROUP, code, now, member_id=response.member_id)
             return
         self._failures = 0
-        if self._orphaned_leader(response):
-            self.member_id = response.member_id  # the id to leave under
-            self._reform(f"names as leader {response.leader!r}, a member id it gave this "
-                         f"instance before and no process holds now (it answered this one "
-                         f"{response.member_id!r}), so nobody would assign", now,
-                         rejoin_as=response.leader)
-            return
+        refused, self._refused = self._refused, None
+        self._leader = response.leader or ""
+        if (self._leader != response.member_id and self._stand_in is None
+                and (refused == (response.generation_id, self._leader)
+                     or self._own_old_id(self._leader))):
+            self._stand_in_for(self._leader, response.generation_id)
         asked, self._asked = self._asked, False
         self._same_generation = (asked and 0 <= self._synced == response.generation_id
                                  and self.member_id == response.member_id)
@@ -346,22 +355,18 @@ class Membership:
         self._heartbeat_at = now + self.settings.heartbeat_interval
         self._transition(Input.RECV_JOINED, now)
 
-    def _orphaned_leader(self, response: Any) -> bool:
-        """Whether the coordinator names as leader a member id of this member's own
-        ``group.instance.id`` (static member ids are ``<instance id>-<uuid>``) other than the
-        one it just answered this member with. Kafka and noida-db move the leadership to the
-        new member id when a static member joins again; Tansu, when the leader's process died
-        and its session ran out, keeps naming the old id, with no member holding it, so nobody
-        assigns and every SyncGroup is answered REBALANCE_IN_PROGRESS, for good (nemesis
-        Tansu seed 9). This member leaves under its new id and joins again under the old one:
-        Tansu admits a JoinGroup with an unknown member id as a new member, here the leader."""
+    def _own_old_id(self, leader: str) -> bool:
+        """Whether ``leader`` is a member id the coordinator gave this member's own
+        ``group.instance.id`` before (static member ids are ``<instance id>-<uuid>``), so
+        surely not a live member's: Kafka and noida-db move the leadership to the new member
+        id when a static member joins again; Tansu, when the leader's process died and its
+        session ran out, went on naming the old id, and nobody assigned (nemesis Tansu seed 9).
+        The stand-in need not wait for a refused SyncGroup to see it."""
         instance = self.settings.group_instance_id
-        leader = response.leader or ""
-        return (instance is not None and leader != response.member_id
-                and leader.startswith(f"{instance}-")
+        return (instance is not None and leader.startswith(f"{instance}-")
                 and _UUID.fullmatch(leader[len(instance) + 1:]) is not None)
 
-    def _reform(self, why: str, now: float, *, rejoin_as: str = "") -> None:
+    def _reform(self, why: str, now: float) -> None:
         """The coordinator asked this member to rejoin its generation (REBALANCE_IN_PROGRESS,
         or it is the leader and the partition counts changed) and then kept that generation's
         old assignment. Kafka always starts a new generation then. Tansu, for static members,
@@ -399,9 +404,8 @@ class Membership:
         and generation. After :data:`_UNNAMED_REFORMS` such generations in a row the member
         takes the empty assignment, at WARNING (a leader's assignor that leaves members out
         on purpose)."""
-        log.warning("group %r: the coordinator %s: leaving and joining again%s",
-                    self.settings.group_id, why,
-                    f" as {rejoin_as!r}" if rejoin_as else " to start a new generation")
+        log.warning("group %r: the coordinator %s: leaving and joining again to start a new "
+                    "generation", self.settings.group_id, why)
         if self.state is not State.JOINING:
             self._transition(Input.RECV_REJOIN, now)  # SYNCING: the leader, after SyncGroup
         self._reform_leave = Send(wire.leave_group(
@@ -409,12 +413,13 @@ class Membership:
             group_instance_id=self.settings.group_instance_id,
             reason="the coordinator did not start a new generation"), "leave", self.attempt)
         self._outbox.append(self._reform_leave)
-        self.member_id, self.generation = rejoin_as, -1
+        self.member_id, self.generation = "", -1
         self._step_at = float("inf")  # until the LeaveGroup is answered (on_response)
 
     def _on_synced(self, response: Any, now: float) -> None:
         code = response.error_code
         log.debug("group %r: SyncGroup answered %d", self.settings.group_id, code)
+        self._refused = (self.generation, self._leader) if code == _REBALANCE_IN_PROGRESS else None
         if code:
             self._on_error(ApiKey.SYNC_GROUP, code, now)
             return
@@ -575,6 +580,26 @@ class Membership:
             self._outbox.append(Send(wire.leave_group(self.settings.group_id,
                                                       member_id or self.member_id),
                                      "leave", self.attempt))
+
+    def _stand_in_for(self, leader: str, generation: int) -> None:
+        """Start a :class:`StandIn` for ``leader`` (a leader that left a forming generation:
+        Tansu keeps naming it, and the generation never forms); this member goes on as
+        usual, its SyncGroup held until the stand-in's generation forms."""
+        settings = self.settings
+        metadata = wire.subscription_bytes(self.topics)
+        self._stand_in = StandIn(
+            settings.group_id, leader, generation,
+            session_timeout_ms=int(settings.session_timeout * 1000),
+            rebalance_timeout_ms=int(settings.rebalance_timeout * 1000),
+            protocols=[(name, metadata) for name in settings.assignors],
+            join_timeout=settings.rebalance_timeout + _JOIN_GRACE, attempt=self.attempt)
+        self._outbox.append(self._stand_in.start())
+
+    def _stood_in(self, following: Send | None) -> None:
+        if following is None:
+            self._stand_in = None
+        else:
+            self._outbox.append(following)
 
     def _heartbeat_due(self, now: float) -> bool:
         return (self.state in _HEARTBEATING and self.generation >= 0
