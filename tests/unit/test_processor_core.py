@@ -314,6 +314,11 @@ def test_partitions_lost_and_given_back_start_past_what_this_instance_committed(
     assert "producer.commit_transaction" in names
     assert names.index("producer.commit_transaction") < names.index("front.probe")
     assert script.args("consumer.seek") == [(TP, 2)]
+    # and the group is told again (its plain commit after the transaction may have been
+    # refused: the generation had moved on), or the next owner would copy those records again
+    assert script.args("consumer._commit_start")[-1] == ({TP: 2},)
+    assert names.index("consumer.seek") < len(names) - 1 - names[::-1].index(
+        "consumer._commit_start")
 
 
 def test_a_member_that_lost_its_generation_proves_it_was_not_replaced(

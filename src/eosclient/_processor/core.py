@@ -416,13 +416,28 @@ class ProcessorCore:
         if not assigned:
             return
         shown_now = yield Io("consumer", "committed", (assigned,))
+        behind = {}
         for tp, shown in shown_now.items():
             ours = self._committed.get(tp)  # the group may not show it yet (module docstring)
-            offset = ours if ours is not None and (shown is None or shown < ours) else shown
+            if ours is not None and (shown is None or shown < ours):
+                behind[tp] = offset = ours
+            else:
+                offset = shown
             if offset is None:
                 yield Io("consumer", "seek_to_beginning", ([tp],))
             else:
                 yield Io("consumer", "seek", (tp, offset))
+        if behind:
+            # The group lost offsets of transactions this instance committed (Tansu drops
+            # deferred ones when the producer's next transaction aborts), and the plain commit
+            # that secures them was refused (the generation had moved on): with no new input
+            # nothing would write them again, and the next owner would copy those records
+            # twice. Every transaction that could move these offsets has ended (on_assign).
+            log.info("the group shows less than this instance committed: %s; committing "
+                     "that again", ", ".join(f"{tp.topic}/{tp.partition}: {shown_now[tp]} < "
+                                             f"{offset}" for tp, offset in behind.items()))
+            yield from self._secured()
+            yield from self._secure(behind)
 
     # -- rebalances (the fronts' callbacks drive these) -----------------------------------------
 
