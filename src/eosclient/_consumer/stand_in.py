@@ -3,9 +3,9 @@
 Tansu (0.6) names the first member to join a forming generation its leader and keeps that
 name when the member leaves before it assigns (its LeaveGroup removes the member, not the name;
 a formed group's leave clears it). Nobody else is given the member list, every follower's
-SyncGroup is answered REBALANCE_IN_PROGRESS after 4.8 s, the next JoinGroup the same
-generation and the same leader, for good. The simplest rolling restart does it: a new member
-joins, and the group's leader closes before it has rejoined.
+SyncGroup is answered REBALANCE_IN_PROGRESS (after 0.8 of the session timeout), the next
+JoinGroup the same generation and the same leader, for good. The simplest rolling restart
+does it: a new member joins, and the group's leader closes before it has rejoined.
 
 A follower that sees that loop (the same generation and leader after a SyncGroup refused so)
 stands in for the leader, on a connection of its own, as any member could:
@@ -58,11 +58,10 @@ class StandIn:
         self._join_timeout = join_timeout
         self._attempt = attempt
         self._step = "probe"
-        self.done = False
 
     def start(self) -> Send:
-        log.debug("group %r: generation %d formed no generation under leader %r: is it a "
-                  "member?", self.group_id, self.generation, self.leader)
+        log.debug("group %r: generation %d does not form under leader %r: is it a member? "
+                  "(a Heartbeat in its name)", self.group_id, self.generation, self.leader)
         return self._send(wire.heartbeat(self.group_id, self.generation, self.leader))
 
     def on_response(self, response: Any) -> Send | None:
@@ -110,8 +109,7 @@ class StandIn:
 
     def _end(self, why: str) -> None:
         log.debug("group %r: stand-in for leader %r of generation %d ends: %s", self.group_id,
-                 self.leader, self.generation, why)
-        self.done = True
+                  self.leader, self.generation, why)
 
     def _send(self, request: Any, timeout: float | None = None) -> Send:
         return Send(request, KIND, self._attempt, timeout)
