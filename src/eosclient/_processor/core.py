@@ -433,7 +433,7 @@ class ProcessorCore:
             # that secures them was refused (the generation had moved on): with no new input
             # nothing would write them again, and the next owner would copy those records
             # twice. On assignment every transaction that could move these offsets has ended
-            # (on_assign waits for it); after this instance's own abort, only its own could.
+            # (on_assign waits for that).
             log.info("the group shows less than this instance committed: %s; committing "
                      "that again", ", ".join(f"{tp.topic}/{tp.partition}: {shown_now[tp]} < "
                                              f"{offset}" for tp, offset in behind.items()))
