@@ -739,6 +739,11 @@ def _sent(m: Membership, request: Any) -> Send:
     return Send(request, "stand-in", m.attempt)
 
 
+def test_no_leader_named_is_not_stood_in_for() -> None:
+    _, sends = _refused_then_same_leader(leader="")
+    assert [s.kind for s in sends] == ["sync"]
+
+
 def test_a_leader_that_is_a_member_is_not_stood_in_for() -> None:
     m, sends = _refused_then_same_leader()
     m.on_response(one(sends, "stand-in"), beat(27), 8.0)  # a member, slow to assign

@@ -336,7 +336,7 @@ class Membership:
         self._failures = 0
         refused, self._refused = self._refused, None
         self._leader = response.leader or ""
-        if (self._leader != response.member_id and self._stand_in is None
+        if (self._leader and self._leader != response.member_id and self._stand_in is None
                 and (refused == (response.generation_id, self._leader)
                      or self._own_old_id(self._leader))):
             self._stand_in_for(self._leader, response.generation_id)
