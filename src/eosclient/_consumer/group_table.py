@@ -86,7 +86,8 @@ class Send:
 
     Attributes:
         request: The kafka-python request object.
-        kind: ``"find"``, ``"join"``, ``"sync"``, ``"heartbeat"`` or ``"leave"``.
+        kind: ``"find"``, ``"join"``, ``"sync"``, ``"heartbeat"``, ``"leave"``, or
+            ``"stand-in"`` (any request of a :class:`~eosclient._consumer.stand_in.StandIn`).
         attempt: The join attempt it belongs to; answers to an older one are ignored.
         timeout: Its request timeout in seconds, or None for ``request.timeout.ms``.
         at: When it was made (what a heartbeat's answer proves the session alive since).
