@@ -20,6 +20,7 @@ import pytest
 
 from eosclient import (
     IllegalStateError,
+    KafkaTimeoutError,
     ReadCommittedConsumer,
     TopicPartition,
     TransactionalProducer,
@@ -159,6 +160,42 @@ def test_a_cancelled_send_queues_nothing(
     with KafkaProxy(broker.host, broker.port) as proxy:
         asyncio.run(main(proxy))
     assert outcome(broker, topic) == ([b"sent"], ["commit"])
+
+
+def test_a_send_awaits_buffer_memory_and_a_cancelled_wait_queues_nothing(
+        broker: RunningBroker, unique_name: Callable[[str], str]) -> None:
+    """buffer.memory = one batch: a send() awaits the first batch's answer (it does not raise,
+    as a blocking call on the loop's thread would, and does not block the loop); cancelled
+    while it waits, its record is not queued; past max.block.ms it raises."""
+    topic = topics.create_topic(broker, unique_name("t"), 1)
+
+    async def main(proxy: KafkaProxy) -> None:
+        async with AsyncTransactionalProducer(
+                proxy.bootstrap_servers, transactional_id=unique_name("txn"),
+                config={"batch.size": 1000, "buffer.memory": 1000, "linger.ms": 0,
+                        "max.block.ms": 1000}) as p:
+            await p.init_transactions(TIMEOUT)
+            p.begin_transaction()
+            rule = proxy.add_rule(Rule(api_key=ApiKey.PRODUCE, action=Delay(3.0, "response")))
+            first = await p.send(topic, b"first", partition=0)
+            task = asyncio.create_task(p.send(topic, b"cancelled", partition=0))
+            await fired(rule)
+            await asyncio.sleep(0.1)  # the loop runs on while the send waits
+            assert not task.done()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            with pytest.raises(KafkaTimeoutError, match=r"buffer\.memory"):
+                await p.send(topic, b"refused", partition=0)  # the answer held 3 s
+            await first
+            proxy.add_rule(Rule(api_key=ApiKey.PRODUCE, action=Delay(0.3, "response")))
+            await p.send(topic, b"second", partition=0)
+            await (await p.send(topic, b"third", partition=0))  # awaited "second"'s answer
+            await p.commit_transaction(TIMEOUT)
+
+    with KafkaProxy(broker.host, broker.port) as proxy:
+        asyncio.run(main(proxy))
+    assert outcome(broker, topic) == ([b"first", b"second", b"third"], ["commit"])
 
 
 @pytest.mark.parametrize("api", [ApiKey.PRODUCE, ApiKey.END_TXN], ids=lambda a: a.name)

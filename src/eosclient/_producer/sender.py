@@ -60,13 +60,20 @@ from eosclient.config import ProducerConfig
 from eosclient.errors import EosError, IllegalStateError
 from eosclient.stats import ClientStats
 
-__all__ = ["Sender"]
+__all__ = ["Sender", "WouldWait"]
 
 log = logging.getLogger("eosclient.producer")
 
 _MAX_SLEEP = 1.0  # seconds: liveness bound (delivery expiry, missed wakeups)
 _EXPIRY_EVERY = 0.1  # seconds between delivery-timeout sweeps
 _JOIN_TIMEOUT = 10.0
+
+
+class WouldWait(IllegalStateError):
+    """A call would wait, and the caller is the thread that runs the turns
+    (:meth:`Sender.refuse_to_wait`). Raised before the call changed anything. The asyncio
+    front, whose calls run on that thread, catches it and awaits what the call would have
+    waited for; anywhere else it is the IllegalStateError the caller gets."""
 
 
 class Sender(IoThread):
@@ -113,12 +120,12 @@ class Sender(IoThread):
         thread would wait for itself until the call's timeout, stalling every other record.
 
         Raises:
-            IllegalStateError: the caller is the I/O thread; nothing changed.
+            WouldWait: the caller is the I/O thread (or the event loop's that runs the turns);
+                nothing changed.
         """
         if self.in_io_thread():
-            raise IllegalStateError(f"{call}() cannot wait inside a delivery callback, which "
-                                    "runs on the producer's I/O thread; call it from another "
-                                    "thread")
+            raise WouldWait(f"{call}() cannot wait inside a delivery callback, which runs on "
+                            "the producer's I/O thread; call it from another thread")
 
     def check_alive(self) -> None:
         """Raise if the I/O thread died of a bug.

@@ -44,6 +44,7 @@ from eosclient._core.types import TopicPartition
 from eosclient._net.loop_driver import LoopDriver
 from eosclient._producer import args
 from eosclient._producer.results import RecordFuture, RecordMetadata
+from eosclient._producer.sender import WouldWait
 from eosclient._stats_reporter import LoopStatsReporter
 from eosclient.config import ProducerConfig
 from eosclient.errors import (
@@ -315,14 +316,18 @@ class AsyncTransactionalProducer:
             EosError: as :meth:`TransactionalProducer.send`; nothing was queued.
         """
         sync, driver = self._sync, self._driver
-        if (driver is None or not driver.here() or type(topic) is not str
-                or sync._budget.full or sync._metadata.partition_count(topic) is None):
-            driver = self._driving()  # raises if not started or called from another thread
-            await self._await_room(topic)  # raises, or waits; nothing is queued before
-        # Nothing is awaited after the record is queued: a cancellation never comes after it.
+        if driver is None or not driver.here():
+            driver = self._driving()  # raises: not started, or called from another thread
         opened = sync._opened
-        delivery: Delivery[RecordMetadata] = sync.send(  # type: ignore[assignment]
-            topic, value, key, partition=partition, headers=headers, timestamp_ms=timestamp_ms)
+        while True:
+            try:
+                delivery: Delivery[RecordMetadata] = sync.send(  # type: ignore[assignment]
+                    topic, value, key, partition=partition, headers=headers,
+                    timestamp_ms=timestamp_ms)
+                break
+            except WouldWait:  # for the topic's metadata or buffer.memory: nothing queued
+                await self._await_room(topic)
+        # Nothing is awaited after the record is queued: a cancellation never comes after it.
         if sync._opened != opened:  # it opened a batch, and the one before it may be full:
             # a turn sends that now, as the sync producer's I/O thread would, while the caller
             # goes on queueing (at most a turn a millisecond); else a loop that never yields
@@ -343,10 +348,12 @@ class AsyncTransactionalProducer:
         sync = self._sync
         send = sync.send
         for value, key, partition, headers in items:
-            if (type(topic) is not str or sync._budget.full
-                    or sync._metadata.partition_count(topic) is None):
-                await self._await_room(topic)
-            send(topic, value, key, partition=partition, headers=headers)
+            while True:
+                try:
+                    send(topic, value, key, partition=partition, headers=headers)
+                    break
+                except WouldWait:  # as in send(): nothing was queued
+                    await self._await_room(topic)
 
     async def send_and_wait(self, topic: str, value: object, key: object = None, *,
                             partition: int | None = None,
