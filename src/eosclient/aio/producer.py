@@ -310,7 +310,8 @@ class AsyncTransactionalProducer:
         :class:`Delivery` is awaited only if the caller wants the outcome.
 
         Waits only for the topic's metadata (its first record) or ``buffer.memory``, at most
-        ``max.block.ms``; a send cancelled then queued nothing.
+        ``max.block.ms``; a send cancelled then queued nothing. A send that waited serializes
+        its key and value again after the wait (serializers should not count calls).
 
         Raises:
             EosError: as :meth:`TransactionalProducer.send`; nothing was queued.
