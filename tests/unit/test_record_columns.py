@@ -99,6 +99,29 @@ def test_checked_columns_read_as_decoded_ones_in_both_builds(
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=st.lists(st.lists(_RECORD, min_size=1, max_size=25), min_size=1, max_size=3),
+       min_delta=st.integers(0, 30), decoded=st.lists(st.booleans(), min_size=3, max_size=3))
+def test_values_or_keys_alone_read_as_decoded_and_stay_the_columns_lists(
+        batches: list[list[Any]], min_delta: int, decoded: list[bool]) -> None:
+    """The values (or keys) asked for first are decoded alone, from lazy and decoded batches
+    alike; they equal the decoded column, and stay the list the columns hold once the rest is
+    decoded (a caller may hold it)."""
+    data, base = b"", 1000
+    for records in batches:
+        data += encode(records, base)
+        base += len(records) + 5
+    for module in (decode, pure_decode()):
+        expected = fields(delivered(module, data, 1000 + min_delta, lazy=False))
+        columns = module.RecordColumns(*TP)
+        for batch, done in zip(module.decode_batches(data, TP).batches, decoded, strict=False):
+            batch.columns(columns, 1000 + min_delta, decode=done)
+        values, keys = columns.values, columns.keys
+        assert (values, keys) == (expected[2], expected[1])
+        assert fields(columns) == expected
+        assert columns.values is values and columns.keys is keys
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=st.lists(_RECORD, min_size=1, max_size=30), data=st.data())
 def test_extend_and_truncate_keep_rows_alike_lazy_or_decoded(records: list[Any],
                                                              data: st.DataObject) -> None:

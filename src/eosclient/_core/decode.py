@@ -258,7 +258,7 @@ class RecordColumns:
             ``message.timestamp.type``); Spark's Kafka source's ``timestampType`` column.
     """
 
-    __slots__ = ("_parts", "_rows", "_size", "partition", "topic")
+    __slots__ = ("_keys", "_parts", "_rows", "_size", "_values", "partition", "topic")
 
     def __init__(self, topic: str, partition: int,  # noqa: PLR0917 - the fields, in order
                  offsets: list[int] | None = None, keys: list[bytes | None] | None = None,
@@ -272,6 +272,10 @@ class RecordColumns:
         self._rows: _Rows | None = None
         self._parts: list[_Slice] = []
         self._size = 0
+        # While lazy, the keys or values column alone, made on first access of it (the others
+        # stay undecoded: a reader of values alone pays for no offsets, timestamps, headers).
+        self._keys: list[bytes | None] | None = None
+        self._values: list[bytes | None] | None = None
         if offsets is not None or keys is not None or values is not None or (
                 timestamps is not None or headers is not None or timestamp_types is not None):
             offsets = [] if offsets is None else offsets
@@ -290,12 +294,20 @@ class RecordColumns:
     @property
     def keys(self) -> list[bytes | None]:
         """Each record's key bytes, or None (decoded on first access)."""
-        return self._decoded().keys
+        if self._rows is not None:
+            return self._rows.keys
+        if self._keys is None:
+            self._keys = self._column(False)
+        return self._keys
 
     @property
     def values(self) -> list[bytes | None]:
         """Each record's value bytes, or None: a tombstone (decoded on first access)."""
-        return self._decoded().values
+        if self._rows is not None:
+            return self._rows.values
+        if self._values is None:
+            self._values = self._column(True)
+        return self._values
 
     @property
     def timestamps(self) -> list[int]:
@@ -319,8 +331,28 @@ class RecordColumns:
             rows = _no_rows()
             for part in self._parts:
                 rows.extend(part.source.decoded(), part.start, part.stop)
+            # A column handed out already stays the one this object holds.
+            if self._keys is not None:
+                rows.keys = self._keys
+            if self._values is not None:
+                rows.values = self._values
             self._rows, self._parts, self._size = rows, [], 0
+            self._keys = self._values = None
         return rows
+
+    def _column(self, values: bool) -> list[bytes | None]:
+        """The values (or keys) of the lazy rows as a list, decoding that column alone."""
+        out: list[bytes | None] = []
+        for part in self._parts:
+            source = part.source
+            rows = source.decoded_rows
+            if rows is not None:  # decoded already (the pure build, or asked)
+                out += (rows.values if values else rows.keys)[part.start:part.stop]
+                continue
+            gather = _Gather(values, part.start, part.stop, out)
+            _decode(source.buf, source.pos, source.end, source.count, source.base_offset,
+                    source.timestamp, source.log_append, source.min_offset, None, gather)
+        return out
 
     def __reduce__(self) -> tuple[type[RecordColumns], tuple[Any, ...]]:
         # Pickled by its fields, alike in both builds (a compiled class has no default way).
@@ -388,6 +420,8 @@ class RecordColumns:
         """Append ``other``'s rows ``start`` to ``stop`` (the end when None). Rows not yet
         decoded stay so when both sides are."""
         start, stop = other._span(start, stop)
+        if self._keys is not None or self._values is not None:
+            self._decoded()  # a column handed out grows with the rows
         if self._rows is not None or other._rows is not None:
             self._decoded().extend(other._between(start, stop), 0, stop - start)
             return
@@ -403,6 +437,8 @@ class RecordColumns:
     def _append(self, source: _Checked) -> None:
         """Append every row of a checked batch (not decoded)."""
         if source.rows:
+            if self._keys is not None or self._values is not None:
+                self._decoded()  # a column handed out grows with the rows
             if self._rows is not None:
                 self._rows.extend(source.decoded(), 0, source.rows)
             else:
@@ -411,6 +447,8 @@ class RecordColumns:
 
     def truncate(self, rows: int) -> None:
         """Keep the first ``rows`` rows only."""
+        if self._keys is not None or self._values is not None:
+            self._decoded()  # a column handed out shrinks with the rows
         if self._rows is not None:
             for column in (self.offsets, self.keys, self.values, self.timestamps, self.headers,
                            self.timestamp_types):
@@ -445,13 +483,10 @@ class RecordColumns:
             if source.decoded_rows is not None:  # decoded already (the pure build, or asked)
                 _gather_rows(source.decoded_rows, part.start, part.stop, out)
                 continue
-            gather = _Gather(values, part.start, part.stop)
+            # straight onto the end of out: its rows part.start..part.stop, numbered on
+            out.start, out.stop, out.base = part.start, part.stop, len(out.ends) - 1
             _decode(source.buf, source.pos, source.end, source.count, source.base_offset,
-                    source.timestamp, source.log_append, source.min_offset, None, gather)
-            rows, base = len(out.ends) - 1, len(out.data)
-            out.data += gather.data
-            out.ends += [base + end for end in gather.ends[1:]] if base else gather.ends[1:]
-            out.nulls += [rows + row for row in gather.nulls]
+                    source.timestamp, source.log_append, source.min_offset, None, out)
         return BinaryColumn(bytes(out.data), array("q", out.ends), out.nulls)
 
     def to_arrow(self) -> Any:
@@ -787,12 +822,16 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
 
 class _Gather:
     """Where :func:`_decode` copies one binary column of rows ``start`` to ``stop``: Arrow's
-    layout (the bytes end to end, each row's end offset, the null rows)."""
+    layout (the bytes end to end, each row's end offset, the null rows, numbered from
+    ``base``), or, given ``items``, one ``bytes`` object (or None) each onto that list."""
 
-    __slots__ = ("data", "ends", "nulls", "start", "stop", "values")
+    __slots__ = ("base", "data", "ends", "items", "nulls", "start", "stop", "values")
 
-    def __init__(self, values: bool, start: int, stop: int) -> None:
+    def __init__(self, values: bool, start: int, stop: int,
+                 items: list[bytes | None] | None = None) -> None:
         self.values, self.start, self.stop = values, start, stop
+        self.items = items
+        self.base = 0
         self.data = bytearray()
         self.ends: list[int] = [0]
         self.nulls: list[int] = []
@@ -832,6 +871,7 @@ def _decode(  # noqa: PLR0915, PLR0917 - the hot loop, inlined by hand
     g = gather if gather is not None else _Gather(True, 0, 0)
     g_start, g_stop, g_values, g_data, g_ends, g_nulls = (g.start, g.stop, g.values, g.data,
                                                           g.ends, g.nulls)
+    g_items, g_base = g.items, g.base
     g_size = len(g_data)
     for _ in range(count):
         b = buf[pos]  # record length
@@ -898,12 +938,15 @@ def _decode(  # noqa: PLR0915, PLR0917 - the hot loop, inlined by hand
                 into.headers.append(headers)
             elif g_start <= rows < g_stop:
                 at, size = (value_at, value_size) if g_values else (key_at, key_size)
-                if size < 0:
-                    g_nulls.append(rows - g_start)
-                elif size:
-                    g_data += buf[at:at + size]
-                    g_size += size
-                g_ends.append(g_size)
+                if g_items is not None:
+                    g_items.append(None if size < 0 else buf[at:at + size])
+                else:
+                    if size < 0:
+                        g_nulls.append(g_base + rows - g_start)
+                    elif size:
+                        g_data += buf[at:at + size]
+                        g_size += size
+                    g_ends.append(g_size)
             if not rows:
                 first = offset
             elif offset != first + rows:
