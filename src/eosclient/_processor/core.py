@@ -609,7 +609,8 @@ def _copies(columns: Any) -> CopyRun:
     every one is: then they fill batches in turn, as ``send()``'s keyless records do), and each
     record's ``eos.src`` header, one ``(str, bytes)`` pair."""
     source = f"{columns.topic}/{columns.partition}/".encode()
+    offsets = columns.offsets  # first: it decodes every column in one pass (keys alone would not)
     keys = columns.keys
     headers: list[list[tuple[str, bytes | None]]] = [
-        [(SOURCE_HEADER, b"%s%d" % (source, offset))] for offset in columns.offsets]
+        [(SOURCE_HEADER, b"%s%d" % (source, offset))] for offset in offsets]
     return columns.values, None if keys.count(None) == len(keys) else keys, headers
