@@ -153,7 +153,8 @@ def fetch_floor(host: str, port: int, topic: str, partitions: int) -> tuple[int,
     """The broker's part of reading ``topic`` read_committed from offset 0: one connection,
     every partition in each Fetch, nothing decoded (the batches are walked header by header
     for the next offset). Returns the bytes fetched and the seconds it took, a floor that no
-    client's time can go below: what is above it is the client's own."""
+    client asking for every partition in each Fetch (all measured here do) can go below: what
+    is above it is the client's own."""
     offsets, ends = [0] * partitions, [1] * partitions
     fetched = 0
     with BlockingConnection(host, port, timeout=30) as conn:

@@ -24,8 +24,9 @@ compiled or pure Python is printed (``EOSCLIENT_PURE_PYTHON=1`` forces pure). Af
 (untimed) every client's records are checked: exactly the committed set, no aborted record, none
 twice. Runs are interleaved over ``--repeat``. And a floor: one connection Fetching every
 partition read_committed until the LSO, nothing decoded (batch headers walked for the next
-offset), the broker's own part of any reader's time; ``floor / confluent-kafka`` is the most any
-reader could reach against it in that run (it has no steady row).
+offset), the broker's own part of the time of any reader that asks for all its partitions in
+each Fetch, as every client here does; ``floor / confluent-kafka`` is the most such a reader
+could reach against it in that run (it has no steady row; see benchmarks/README.md).
 With ``--tls`` every reader goes through one TLS front (`KafkaProxy` with a throwaway CA's
 certificate, in a process of its own) with the same settings: ``security.protocol=SSL``,
 ``ssl.ca.location`` = the CA, host name checked (one dict for eosclient and confluent-kafka,
@@ -304,8 +305,9 @@ def read_aiokafka(servers: str, topic: str, expected: int,
 
 def read_floor(servers: str, topic: str, expected: int,
                tls: _harness.Tls | None = None) -> tuple[list[bytes], Timing]:
-    """The broker's floor (``_harness.fetch_floor``): no client reads faster. Delivers no
-    values (nothing is decoded), so it is not checked; it has no steady time."""
+    """The broker's floor (``_harness.fetch_floor``): no client that fetches every partition
+    in each request reads faster. Delivers no values (nothing is decoded), so it is not
+    checked; it has no steady time."""
     if tls is not None:
         raise RuntimeError("the floor is measured in plaintext only")
     host, _, port = servers.rpartition(":")
