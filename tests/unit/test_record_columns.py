@@ -61,11 +61,15 @@ def fields(columns: Any) -> tuple[Any, ...]:
     return tuple(getattr(columns, f) for f in FIELDS)
 
 
-def delivered(module: Any, data: bytes, min_offset: int, *, lazy: bool) -> Any:
-    """Every batch of ``data`` onto one ``RecordColumns``, checked only (lazy) or decoded."""
+MODES = ("checked", "decoded", "records")  # how RecordBatch.columns takes a batch in
+
+
+def delivered(module: Any, data: bytes, min_offset: int, *, how: str) -> Any:
+    """Every batch of ``data`` onto one ``RecordColumns``: checked only, decoded into column
+    lists, or made into records (``poll()``'s way) while checking."""
     columns = module.RecordColumns(*TP)
     for batch in module.decode_batches(data, TP).batches:
-        batch.columns(columns, min_offset, decode=not lazy)
+        batch.columns(columns, min_offset, decode=how == "decoded", records=how == "records")
     return columns
 
 
@@ -90,8 +94,8 @@ def test_checked_columns_read_as_decoded_ones_in_both_builds(
     for records, appended in zip(batches, log_append, strict=False):
         data += encode(records, base, codec, log_append=appended)
         base += len(records) + 5  # a gap between batches: offsets not consecutive
-    seen = [everything(delivered(m, data, 1000 + min_delta, lazy=lazy))
-            for m in (decode, pure_decode()) for lazy in (True, False)]
+    seen = [everything(delivered(m, data, 1000 + min_delta, how=how))
+            for m in (decode, pure_decode()) for how in MODES]
     assert all(s == seen[0] for s in seen[1:])
     rows = seen[0][3]
     assert list(seen[0][1][0][3]) == rows[2]  # the values buffer holds the values column
@@ -100,21 +104,23 @@ def test_checked_columns_read_as_decoded_ones_in_both_builds(
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches=st.lists(st.lists(_RECORD, min_size=1, max_size=25), min_size=1, max_size=3),
-       min_delta=st.integers(0, 30), decoded=st.lists(st.booleans(), min_size=3, max_size=3))
+       min_delta=st.integers(0, 30),
+       modes=st.lists(st.sampled_from(MODES), min_size=3, max_size=3))
 def test_values_or_keys_alone_read_as_decoded_and_stay_the_columns_lists(
-        batches: list[list[Any]], min_delta: int, decoded: list[bool]) -> None:
-    """The values (or keys) asked for first are decoded alone, from lazy and decoded batches
-    alike; they equal the decoded column, and stay the list the columns hold once the rest is
+        batches: list[list[Any]], min_delta: int, modes: list[str]) -> None:
+    """The values (or keys) asked for first are decoded alone, from batches taken in in any
+    mode; they equal the decoded column, and stay the list the columns hold once the rest is
     decoded (a caller may hold it)."""
     data, base = b"", 1000
     for records in batches:
         data += encode(records, base)
         base += len(records) + 5
     for module in (decode, pure_decode()):
-        expected = fields(delivered(module, data, 1000 + min_delta, lazy=False))
+        expected = fields(delivered(module, data, 1000 + min_delta, how="decoded"))
         columns = module.RecordColumns(*TP)
-        for batch, done in zip(module.decode_batches(data, TP).batches, decoded, strict=False):
-            batch.columns(columns, 1000 + min_delta, decode=done)
+        for batch, how in zip(module.decode_batches(data, TP).batches, modes, strict=False):
+            batch.columns(columns, 1000 + min_delta, decode=how == "decoded",
+                          records=how == "records")
         values, keys = columns.values, columns.keys
         assert (values, keys) == (expected[2], expected[1])
         assert fields(columns) == expected
@@ -130,8 +136,8 @@ def test_extend_and_truncate_keep_rows_alike_lazy_or_decoded(records: list[Any],
                                        st.integers(0, 70), st.integers(0, 70)), max_size=6))
     outcomes = []
     for module in (decode, pure_decode()):
-        for lazy in (True, False):
-            source = delivered(module, raw, 0, lazy=lazy)
+        for how in MODES:
+            source = delivered(module, raw, 0, how=how)
             target = module.RecordColumns(*TP)
             for op, a, b in ops:
                 if op == "extend":
@@ -165,13 +171,13 @@ def test_corrupt_records_fail_alike_when_checked_as_when_decoded(records: list[A
                                                                  data: st.DataObject) -> None:
     raw = _corrupt(records, data)
 
-    def outcome(module: Any, lazy: bool) -> tuple[Any, ...]:
+    def outcome(module: Any, how: str) -> tuple[Any, ...]:
         try:
-            return ("ok", everything(delivered(module, raw, 0, lazy=lazy)))
+            return ("ok", everything(delivered(module, raw, 0, how=how)))
         except EosError as exc:
             return ("error", type(exc).__name__, getattr(exc, "offset", None))
 
-    seen = [outcome(m, lazy) for m in (decode, pure_decode()) for lazy in (True, False)]
+    seen = [outcome(m, how) for m in (decode, pure_decode()) for how in MODES]
     assert all(s == seen[0] for s in seen[1:])
 
 
@@ -194,7 +200,7 @@ def test_a_failed_check_leaves_the_columns_as_they_were() -> None:
 def test_len_and_next_offset_need_no_decoding(build: str) -> None:
     module = module_of(build)
     raw = encode([(i, None, b"v%d" % i, []) for i in range(10)], 40)
-    columns = delivered(module, raw, 44, lazy=True)
+    columns = delivered(module, raw, 44, how="checked")
     assert (len(columns), columns.next_offset, columns.offset_at(0)) == (6, 50, 44)
     with pytest.raises(IndexError):
         columns.offset_at(6)
@@ -206,8 +212,8 @@ def test_len_and_next_offset_need_no_decoding(build: str) -> None:
 def test_values_buffer_is_arrows_binary_layout(build: str) -> None:
     module = module_of(build)
     raw = encode([(0, b"k", b"one", []), (1, None, None, []), (2, b"", b"", [])], 0)
-    for lazy in (True, False):
-        values = delivered(module, raw, 0, lazy=lazy).values_buffer()
+    for how in MODES:
+        values = delivered(module, raw, 0, how=how).values_buffer()
         assert (values.data, list(values.offsets), values.nulls) == (b"one", [0, 3, 3, 3], [1])
         assert (values[0], values[1], values[2], values[-3]) == (b"one", None, b"", b"one")
         with pytest.raises(IndexError):
@@ -225,7 +231,7 @@ def test_columns_given_as_lists_pickle_and_convert(build: str) -> None:
     assert fields(back) == fields(columns) and back.records() == columns.records()
     assert list(columns.values_buffer()) == [b"a", None]
     assert list(columns.keys_buffer()) == [None, b"k"]
-    lazy = delivered(module, encode([(0, None, b"x", [("h", b"v")])], 9), 0, lazy=True)
+    lazy = delivered(module, encode([(0, None, b"x", [("h", b"v")])], 9), 0, how="checked")
     assert fields(pickle.loads(pickle.dumps(lazy))) == fields(lazy)
 
 
@@ -235,16 +241,16 @@ def test_each_row_carries_its_batchs_timestamp_type_lazy_or_decoded(build: str) 
     module = module_of(build)
     raw = (encode([(0, None, b"c", []), (5, None, b"c", [])], 10)
            + encode([(0, None, b"l", []), (9, None, b"l", [])], 12, log_append=True))
-    for lazy in (True, False):
-        columns = delivered(module, raw, 11, lazy=lazy)
+    for how in MODES:
+        columns = delivered(module, raw, 11, how=how)
         assert columns.timestamp_types == [module.CREATE_TIME] + [module.LOG_APPEND_TIME] * 2
         assert columns.timestamp_types == [0, 1, 1]
         assert columns.timestamps[1] == columns.timestamps[2]  # LogAppendTime: one per batch
-        back = pickle.loads(pickle.dumps(delivered(module, raw, 0, lazy=lazy)))
+        back = pickle.loads(pickle.dumps(delivered(module, raw, 0, how=how)))
         assert back.timestamp_types == [0, 0, 1, 1]
         back.truncate(3)
         target = module.RecordColumns(*TP)
-        target.extend(delivered(module, raw, 0, lazy=lazy), 1, 3)
+        target.extend(delivered(module, raw, 0, how=how), 1, 3)
         assert (back.timestamp_types, target.timestamp_types) == ([0, 0, 1], [0, 1])
     given_lists = module.RecordColumns("t", 1, [3, 4], [None, None], [b"a", b"b"], [5, 6],
                                        [(), ()])

@@ -167,15 +167,15 @@ class ReadyQueue:
             reached (the records before it were moved first).
         """
         return self._take(limit, lambda rows, start, stop: out.extend(rows.records(start, stop)),
-                          decode=True)
+                          records=True)
 
     def take_columns(self, limit: int, into: RecordColumns) -> tuple[bool, EosError | None]:
         """Move up to ``limit`` records onto the end of ``into``'s columns (this partition's);
         returns as :meth:`take`. The records are checked, not decoded (see ``RecordColumns``)."""
-        return self._take(limit, into.extend, decode=False)
+        return self._take(limit, into.extend, records=False)
 
     def _take(self, limit: int, emit: Callable[[RecordColumns, int, int], object], *,
-              decode: bool) -> tuple[bool, EosError | None]:
+              records: bool) -> tuple[bool, EosError | None]:
         rewound = False
         while limit > 0:
             released = self._released
@@ -187,15 +187,16 @@ class ReadyQueue:
                 continue
             if not self._answers:
                 break
-            went_back, error = self.feed_one(decode=decode)
+            went_back, error = self.feed_one(records=records)
             rewound |= went_back
             if error is not None:
                 return rewound, error
         return rewound, None
 
-    def feed_one(self, *, decode: bool = True) -> tuple[bool, EosError | None]:
-        """Feed the oldest queued batch to the filter and check what it releases (decoding it
-        too if ``decode``: see ``RecordBatch.columns``); (rewound, error) as :meth:`take`."""
+    def feed_one(self, *, records: bool = True) -> tuple[bool, EosError | None]:
+        """Feed the oldest queued batch to the filter and check what it releases (making its
+        records too if ``records``: see ``RecordBatch.columns``); (rewound, error) as
+        :meth:`take`."""
         answer = self._answers[0]
         if not answer.batches:
             self._answers.popleft()
@@ -217,7 +218,7 @@ class ReadyQueue:
         try:
             for released, start in filt.release((batch,), last_stable_offset=answer.lso,
                                                 aborted_transactions=answer.index):
-                released.columns(self._released, start, decode=decode)
+                released.columns(self._released, start, records=records)
         except EosError as exc:  # its records do not parse (its CRC matched)
             filt.seek(before)
             self._released.truncate(waiting)  # none of this feed's records is delivered

@@ -195,21 +195,26 @@ def _no_rows() -> _Rows:
 
 class _Checked:
     """One batch's records from ``min_offset`` on, checked (every record parsed) but not made
-    into objects until asked (:meth:`rows`). Shared by the columns that deliver its rows."""
+    into objects until asked (:meth:`rows`), or made into :class:`ConsumerRecord` tuples while
+    checking (``records_of``: for a caller that wants records, not columns). Shared by the
+    columns that deliver its rows."""
 
-    __slots__ = ("base_offset", "buf", "count", "decoded_rows", "dense", "end", "first", "last",
-                 "log_append", "min_offset", "pos", "rows", "timestamp")
+    __slots__ = ("base_offset", "buf", "count", "decoded_records", "decoded_rows", "dense",
+                 "end", "first", "last", "log_append", "min_offset", "pos", "rows", "timestamp")
 
     def __init__(self, buf: bytes, pos: int, end: int,  # noqa: PLR0917 - _decode's inputs
                  count: int, base_offset: int, timestamp: int, log_append: bool,
-                 min_offset: int, keep: bool) -> None:
+                 min_offset: int, keep: bool, records_of: TopicPartition | None = None) -> None:
         self.buf, self.pos, self.end, self.count = buf, pos, end, count
         self.base_offset, self.timestamp, self.log_append = base_offset, timestamp, log_append
         self.min_offset = min_offset
-        into = _no_rows() if keep or not _LAZY else None
+        records: list[ConsumerRecord] | None = None if records_of is None else []
+        into = _no_rows() if records is None and (keep or not _LAZY) else None
         self.rows, self.first, self.last, self.dense = _decode(
-            buf, pos, end, count, base_offset, timestamp, log_append, min_offset, into)
+            buf, pos, end, count, base_offset, timestamp, log_append, min_offset, into, None,
+            records, records_of)
         self.decoded_rows = into  # None until decoded
+        self.decoded_records = records  # made only while checking, when asked for
 
     def decoded(self) -> _Rows:
         """Its rows as lists (decoded on the first call; it parsed once already)."""
@@ -222,7 +227,10 @@ class _Checked:
         return rows
 
     def offset_at(self, row: int) -> int:
-        return self.first + row if self.dense else self.decoded().offsets[row]
+        if self.dense:
+            return self.first + row
+        records = self.decoded_records
+        return records[row].offset if records is not None else self.decoded().offsets[row]
 
 
 class _Slice:
@@ -410,6 +418,20 @@ class RecordColumns:
     def records(self, start: int = 0, stop: int | None = None) -> list[ConsumerRecord]:
         """Rows ``start`` to ``stop`` (the end when None) as :class:`ConsumerRecord` tuples
         (one object per record)."""
+        if self._rows is None and all(p.source.decoded_records is not None for p in self._parts):
+            # made while checking (``RecordBatch.columns(records=True)``): slices of them
+            start, stop = self._span(start, stop)
+            out: list[ConsumerRecord] = []
+            at = 0
+            for part in self._parts:
+                size = part.stop - part.start
+                lo, hi = max(start - at, 0), min(stop - at, size)
+                if lo < hi:
+                    made = part.source.decoded_records
+                    assert made is not None  # (checked above; for mypy)
+                    out += made[part.start + lo:part.start + hi]
+                at += size
+            return out
         rows = self._rows if self._rows is not None and not start and stop is None else (
             self._between(*self._span(start, stop)))
         return list(map(tuple.__new__, repeat(ConsumerRecord), zip(
@@ -573,17 +595,19 @@ class RecordBatch:
             CorruptRecordError: the records do not parse (a producer bug: the CRC matched), or
                 decompress to more than :attr:`max_decompressed`.
         """
-        return self.columns(RecordColumns(*self.tp), min_offset, decode=True).records()
+        return self.columns(RecordColumns(*self.tp), min_offset, records=True).records()
 
     def columns(self, into: RecordColumns, min_offset: int = 0, *,
-                decode: bool = False) -> RecordColumns:
+                decode: bool = False, records: bool = False) -> RecordColumns:
         """Decompress and check the records, and append those from ``min_offset`` on to the end
         of ``into`` (returned); on an error ``into`` is left as it was.
 
         Every record is parsed here, so a batch that does not parse fails now; but the compiled
         build makes no object per record until a column is asked for, unless ``decode`` (the
-        caller wants them all: decoding while checking saves a pass). The pure build always
-        decodes while checking (a second pass would cost it as much as the first).
+        caller wants every column: decoding while checking saves a pass) or ``records`` (the
+        caller wants :meth:`RecordColumns.records`: each record is made a
+        :class:`ConsumerRecord` while checking, with no column lists in between). The pure
+        build decodes while checking always (a second pass would cost it as much as the first).
 
         Raises:
             CorruptRecordError: as :meth:`records`.
@@ -591,7 +615,8 @@ class RecordBatch:
         buf, pos, end = self._payload()
         try:
             checked = _Checked(buf, pos, end, self.record_count, self.base_offset,
-                               *self._timestamps, min_offset, decode)
+                               *self._timestamps, min_offset, decode,
+                               self.tp if records else None)
         except (IndexError, ValueError) as exc:  # ran off the end, or bad UTF-8 in a header key
             raise self._corrupt(f"records do not parse: {exc}") from exc
         into._append(checked)
@@ -852,10 +877,12 @@ def _gather_rows(rows: _Rows, start: int, stop: int, out: _Gather) -> None:
 def _decode(  # noqa: PLR0915, PLR0917 - the hot loop, inlined by hand
     buf: bytes, pos: int, end: int, count: int, base_offset: int, timestamp: int,
     log_append: bool, min_offset: int, into: _Rows | None, gather: _Gather | None = None,
+    records: list[ConsumerRecord] | None = None, records_of: TopicPartition | None = None,
 ) -> tuple[int, int, int, bool]:
     """Parse the records of an uncompressed payload; those from ``min_offset`` on are the rows.
-    Appends the rows to ``into``'s lists, or copies one column of some rows into ``gather``,
-    or (both None) only checks them: no object per record. The hot path, hence long and
+    Appends the rows to ``into``'s lists, or as :class:`ConsumerRecord` tuples of partition
+    ``records_of`` to ``records``, or copies one column of some rows into ``gather``, or (all
+    None) only checks them: no object per record. The hot path, hence long and
     repetitive (and compiled, where it can be).
 
     Returns:
@@ -872,6 +899,7 @@ def _decode(  # noqa: PLR0915, PLR0917 - the hot loop, inlined by hand
     g_start, g_stop, g_values, g_data, g_ends, g_nulls = (g.start, g.stop, g.values, g.data,
                                                           g.ends, g.nulls)
     g_items, g_base = g.items, g.base
+    topic, partition = records_of if records_of is not None else ("", 0)
     g_size = len(g_data)
     for _ in range(count):
         b = buf[pos]  # record length
@@ -936,6 +964,12 @@ def _decode(  # noqa: PLR0915, PLR0917 - the hot loop, inlined by hand
                                    buf[value_at:value_at + value_size])
                 into.timestamps.append(ts)
                 into.headers.append(headers)
+            elif records is not None:
+                records.append(_new_tuple(ConsumerRecord, (
+                    topic, partition, offset,
+                    None if key_size < 0 else buf[key_at:key_at + key_size],
+                    None if value_size < 0 else buf[value_at:value_at + value_size],
+                    headers, ts)))
             elif g_start <= rows < g_stop:
                 at, size = (value_at, value_size) if g_values else (key_at, key_size)
                 if g_items is not None:
@@ -958,6 +992,9 @@ def _decode(  # noqa: PLR0915, PLR0917 - the hot loop, inlined by hand
     if into is not None:  # one type per batch: outside the loop
         into.timestamp_types += [LOG_APPEND_TIME if log_append else CREATE_TIME] * rows
     return rows, first, last, dense
+
+
+_new_tuple: Final = tuple.__new__  # ConsumerRecord(...) through its __new__ costs twice as much
 
 
 def _bytes_at(buf: bytes, pos: int) -> tuple[bytes | None, int]:
