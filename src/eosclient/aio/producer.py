@@ -327,7 +327,8 @@ class AsyncTransactionalProducer:
                     timestamp_ms=timestamp_ms)
                 break
             except WouldWait:  # for the topic's metadata or buffer.memory: nothing queued
-                await self._await_room(topic)
+                if not await self._await_room(topic):
+                    raise  # it would wait for something else: a bug, not a hang
         # Nothing is awaited after the record is queued: a cancellation never comes after it.
         if sync._opened != opened:  # it opened a batch, and the one before it may be full:
             # a turn sends that now, as the sync producer's I/O thread would, while the caller
@@ -354,7 +355,8 @@ class AsyncTransactionalProducer:
                     send(topic, value, key, partition=partition, headers=headers)
                     break
                 except WouldWait:  # as in send(): nothing was queued
-                    await self._await_room(topic)
+                    if not await self._await_room(topic):
+                        raise
 
     async def send_and_wait(self, topic: str, value: object, key: object = None, *,
                             partition: int | None = None,
@@ -466,17 +468,22 @@ class AsyncTransactionalProducer:
             raise
         completion.result()
 
-    async def _await_room(self, topic: str) -> None:
+    async def _await_room(self, topic: str) -> bool:
         """Wait (before anything is queued) for what ``send`` would block on: the topic's
-        metadata and free ``buffer.memory``. Either way the sync ``send`` then never waits."""
+        metadata and free ``buffer.memory``. Either way the sync ``send`` then never waits.
+        Returns whether there was anything to wait for."""
         self._driving()
         sync = self._sync
         if type(topic) is not str:
             args.topic_of(topic)  # raises
+        waited = False
         if sync._metadata.partition_count(topic) is None:
             await self._await_metadata(topic)
+            waited = True
         if sync._budget.full:
             await self._await_buffer(topic)
+            waited = True
+        return waited
 
     async def _await_metadata(self, topic: str,
                               check: Callable[[], None] | None = None) -> None:
