@@ -70,10 +70,9 @@ _JOIN_TIMEOUT = 10.0
 
 
 class WouldWait(IllegalStateError):
-    """A call would wait, and the caller is the thread that runs the turns
+    """A call would wait, and an event loop runs the turns on the caller's thread
     (:meth:`Sender.refuse_to_wait`). Raised before the call changed anything. The asyncio
-    front, whose calls run on that thread, catches it and awaits what the call would have
-    waited for; anywhere else it is the IllegalStateError the caller gets."""
+    front catches it and awaits what the call would have waited for."""
 
 
 class Sender(IoThread):
@@ -120,12 +119,14 @@ class Sender(IoThread):
         thread would wait for itself until the call's timeout, stalling every other record.
 
         Raises:
-            WouldWait: the caller is the I/O thread (or the event loop's that runs the turns);
-                nothing changed.
+            IllegalStateError: the caller is the I/O thread; nothing changed.
+            WouldWait: the caller is the event loop's thread that runs the turns instead (the
+                asyncio front: it awaits instead); nothing changed.
         """
         if self.in_io_thread():
-            raise WouldWait(f"{call}() cannot wait inside a delivery callback, which runs on "
-                            "the producer's I/O thread; call it from another thread")
+            message = (f"{call}() cannot wait inside a delivery callback, which runs on the "
+                       "producer's I/O thread; call it from another thread")
+            raise WouldWait(message) if self.loop_driven else IllegalStateError(message)
 
     def check_alive(self) -> None:
         """Raise if the I/O thread died of a bug.
