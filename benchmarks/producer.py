@@ -164,6 +164,8 @@ def ratio_specs(asyncio: bool = False) -> list[report.RatioSpec]:
             spec("bulk", "eos-aio-send", "eos-send", 0.9, note="(async / sync eosclient)"),
             spec("bulk", "eos-aio-send", "ck-aio-produce"),
             spec("bulk", "eos-aio-batch", "aiokafka-send"),
+            spec("bulk", "eos-aio-batch", "eos-batch", 0.9,
+                 note="(async / sync eosclient, send_batch)"),
             spec("small", "eos-aio", "aiokafka", 2.0),
             spec("small", "eos-aio", "eos-plain", 0.9, note="(async / sync eosclient)"),
             spec("small", "eos-aio", "ck-aio"),
