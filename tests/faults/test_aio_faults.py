@@ -63,6 +63,17 @@ async def fired(rule: Rule, timeout: float = TIMEOUT) -> None:
         await asyncio.sleep(0.01)
 
 
+async def cancel_while_held(task: asyncio.Task[Any], rule: Rule, settle: float) -> None:
+    """Once ``rule`` holds an answer and ``settle`` seconds later ``task`` still waits on it,
+    cancel the task, which must end cancelled."""
+    await fired(rule)
+    await asyncio.sleep(settle)
+    assert not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 def seen(proxy: KafkaProxy, api: ApiKey) -> int:
     return sum(1 for s in proxy.seen if s.api_key == api)
 
@@ -86,12 +97,7 @@ def test_a_cancelled_commit_resumes_when_called_again(
             await p.send(topic, b"once", partition=0)
             p.send_offsets_to_transaction({source: 5}, group)
             commit = asyncio.create_task(p.commit_transaction(TIMEOUT))
-            await fired(rule)
-            await asyncio.sleep(0.05)  # the commit is waiting on the held answer
-            assert not commit.done()
-            commit.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await commit
+            await cancel_while_held(commit, rule, 0.05)  # the commit waits on the held answer
             with pytest.raises(IllegalStateError):
                 p.begin_transaction()  # still committing: nothing new starts on this epoch
             if resume == "after it finished":
@@ -179,12 +185,7 @@ def test_a_send_awaits_buffer_memory_and_a_cancelled_wait_queues_nothing(
             rule = proxy.add_rule(Rule(api_key=ApiKey.PRODUCE, action=Delay(3.0, "response")))
             first = await p.send(topic, b"first", partition=0)
             task = asyncio.create_task(p.send(topic, b"cancelled", partition=0))
-            await fired(rule)
-            await asyncio.sleep(0.1)  # the loop runs on while the send waits
-            assert not task.done()
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            await cancel_while_held(task, rule, 0.1)  # the loop runs on while the send waits
             with pytest.raises(KafkaTimeoutError, match=r"buffer\.memory"):
                 await p.send(topic, b"refused", partition=0)  # the answer held 3 s
             await first

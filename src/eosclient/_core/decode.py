@@ -403,12 +403,19 @@ class RecordColumns:
             out.extend(rows, start, stop)
             return out
         out = _no_rows()
+        for part in self._clipped(start, stop):
+            out.extend(part.source.decoded(), part.start, part.stop)
+        return out
+
+    def _clipped(self, start: int, stop: int) -> list[_Slice]:
+        """Lazy rows ``start`` to ``stop`` as slices of the checked batches they are in."""
+        out: list[_Slice] = []
         at = 0
         for part in self._parts:
             size = part.stop - part.start
             lo, hi = max(start - at, 0), min(stop - at, size)
             if lo < hi:
-                out.extend(part.source.decoded(), part.start + lo, part.start + hi)
+                out.append(_Slice(part.source, part.start + lo, part.start + hi))
             at += size
         return out
 
@@ -422,15 +429,10 @@ class RecordColumns:
             # made while checking (``RecordBatch.columns(records=True)``): slices of them
             start, stop = self._span(start, stop)
             out: list[ConsumerRecord] = []
-            at = 0
-            for part in self._parts:
-                size = part.stop - part.start
-                lo, hi = max(start - at, 0), min(stop - at, size)
-                if lo < hi:
-                    made = part.source.decoded_records
-                    assert made is not None  # (checked above; for mypy)
-                    out += made[part.start + lo:part.start + hi]
-                at += size
+            for part in self._clipped(start, stop):
+                made = part.source.decoded_records
+                assert made is not None  # (checked above; for mypy)
+                out += made[part.start:part.stop]
             return out
         rows = self._rows if self._rows is not None and not start and stop is None else (
             self._between(*self._span(start, stop)))
@@ -447,14 +449,9 @@ class RecordColumns:
         if self._rows is not None or other._rows is not None:
             self._decoded().extend(other._between(start, stop), 0, stop - start)
             return
-        at = 0
-        for part in other._parts:
-            size = part.stop - part.start
-            lo, hi = max(start - at, 0), min(stop - at, size)
-            if lo < hi:
-                self._parts.append(_Slice(part.source, part.start + lo, part.start + hi))
-                self._size += hi - lo
-            at += size
+        parts = other._clipped(start, stop)
+        self._parts += parts
+        self._size += sum(part.stop - part.start for part in parts)
 
     def _append(self, source: _Checked) -> None:
         """Append every row of a checked batch (not decoded)."""
@@ -476,16 +473,7 @@ class RecordColumns:
                            self.timestamp_types):
                 del column[rows:]
             return
-        kept: list[_Slice] = []
-        at = 0
-        for part in self._parts:
-            size = part.stop - part.start
-            if at + size <= rows:
-                kept.append(part)
-            elif at < rows:
-                kept.append(_Slice(part.source, part.start, part.start + rows - at))
-            at += size
-        self._parts, self._size = kept, min(self._size, max(rows, 0))
+        self._parts, self._size = self._clipped(0, rows), min(self._size, max(rows, 0))
 
     def values_buffer(self) -> BinaryColumn:
         """The values as one contiguous buffer (Arrow's binary layout), without a Python

@@ -83,7 +83,6 @@ class IoThread:
         self.sleeping = False  # the thread is (about to be) waiting in poll
         self._stopping = False
         self._thread: threading.Thread = _Runner(target=self._run, daemon=True, name=name)
-        self.loop_driven = False  # an event loop runs the turns (driven_by)
 
     def start(self) -> None:
         """Start the thread."""
@@ -123,7 +122,12 @@ class IoThread:
         own, which is then never started; blocking waits on that thread are refused as on the
         I/O thread (:meth:`in_io_thread`)."""
         self._thread = thread
-        self.loop_driven = True
+
+    @property
+    def loop_driven(self) -> bool:
+        """Whether an event loop runs the turns (:meth:`driven_by`), not a thread of this
+        object's own."""
+        return not isinstance(self._thread, _Runner)
 
     def turn(self, answers: list[Answer]) -> float | None:
         """One turn of the loop: hand ``answers`` to their handlers, step, notify the waiting
