@@ -267,6 +267,41 @@ def test_metadata_names_nodes_and_leaders(fake: Any) -> None:
     client.close()
 
 
+def test_a_broker_left_out_of_a_later_answer_keeps_its_address(fake: Any) -> None:
+    # A down broker that still leads partitions is left out of the mock's broker list: the
+    # client forgot its address, so the batches waiting for it never reconnected (a wedge).
+    def answer(key: ApiKey, request: Any) -> Any:
+        response = metadata_response(broker.port, {"t": 1})
+        if broker.seen.count(ApiKey.METADATA) > 1:
+            response.brokers = []  # node 7 still leads "t", but is not listed
+        return response
+
+    broker = fake(answer)
+    client = client_for(broker.port, retry_backoff_ms=1)
+    client.metadata.want(["t"])
+    for _ in range(2):
+        time.sleep(0.01)
+        client.maybe_update_metadata(client._clock())
+        client.dispatch(run(client, 1))
+        client.metadata.request_update()
+    assert client.metadata.nodes == {} and client.metadata.leaders() == {
+        TopicPartition("t", 0): 7}
+    client.send(7, metadata_request(), lambda answer: None)
+    [answer] = run(client, 1)
+    assert answer.error is None and answer.node_id == 7
+    client.close()
+
+
+def test_a_leader_with_no_known_address_asks_for_metadata(fake: Any) -> None:
+    broker = fake(lambda key, request: metadata_response(broker.port))
+    client = client_for(broker.port)
+    now = client._clock() + 1
+    assert not client.metadata.due(now)
+    client.connect(9)  # a leader id that no answer listed
+    assert client.metadata.due(now)
+    client.close()
+
+
 def test_wakeup_from_another_thread_ends_a_poll(fake: Any) -> None:
     client = client_for(fake(lambda key, request: DROP).port)
     done = threading.Event()

@@ -319,12 +319,20 @@ class NetworkClient:
         return (self.metadata.nodes.get(node_id) or self._nodes.get(node_id)
                 or self._bootstrap.get(node_id))
 
+    def _remember(self) -> None:
+        """Keep every broker address Metadata ever named. A broker that is down may be left
+        out of the answer's broker list while it still leads partitions (librdkafka's mock
+        does this; a real cluster's answer can also lag its leaders): a batch waiting for it
+        must still be able to reconnect, with backoff, when it comes back."""
+        self._nodes.update(self.metadata.nodes)
+
     def _connection(self, node_id: int, now: float) -> NodeConnection | None:
         conn = self._conns.get(node_id)
         if conn is not None:
             return conn
         address = self._address(node_id)
-        if address is None:
+        if address is None:  # named (a leader) but never listed: the metadata is behind
+            self.metadata.request_update()
             return None
         start_at = max(now, self._not_before.get(node_id, now))
         conn = NodeConnection(node_id, address, client_id=self._config.client_id,
@@ -385,6 +393,8 @@ class NetworkClient:
             self.fatal = self.fatal or conn.failure
         failures = self._failures.get(conn.node_id, 0) + 1
         self._failures[conn.node_id] = failures
+        if conn.node_id >= 0:  # a broker lost or unreachable: its partitions may have moved
+            self.metadata.request_update()
         self._not_before[conn.node_id] = now + self._reconnect.delay(failures)
         # Once per streak: the retries go on quietly (and an authentication failure said more).
         if not conn.was_ready and isinstance(conn.failure, KafkaConnectionError):
@@ -406,6 +416,7 @@ class NetworkClient:
             self.metadata.on_failure()
         else:
             self.metadata.on_response(answer.response, self._clock())
+            self._remember()
             self._warn_unknown_topics(answer.response)
 
     def _warn_unknown_topics(self, response: Any) -> None:

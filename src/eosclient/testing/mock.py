@@ -123,6 +123,15 @@ _SIGNATURES: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     # rd_kafka_resp_err_t rd_kafka_mock_broker_set_rtt(rd_kafka_mock_cluster_t *mcluster,
     #                                                  int32_t broker_id, int rtt_ms)
     "rd_kafka_mock_broker_set_rtt": (_INT, (_PTR, _I32, _INT)),
+    # rd_kafka_resp_err_t rd_kafka_mock_partition_set_leader(rd_kafka_mock_cluster_t *mcluster,
+    #     const char *topic, int32_t partition, int32_t broker_id)
+    "rd_kafka_mock_partition_set_leader": (_INT, (_PTR, _STR, _I32, _I32)),
+    # rd_kafka_resp_err_t rd_kafka_mock_partition_set_follower(rd_kafka_mock_cluster_t *mcluster,
+    #     const char *topic, int32_t partition, int32_t broker_id)
+    "rd_kafka_mock_partition_set_follower": (_INT, (_PTR, _STR, _I32, _I32)),
+    # rd_kafka_resp_err_t rd_kafka_mock_coordinator_set(rd_kafka_mock_cluster_t *mcluster,
+    #     const char *key_type, const char *key, int32_t broker_id)
+    "rd_kafka_mock_coordinator_set": (_INT, (_PTR, _STR, _STR, _I32)),
 }
 
 
@@ -477,6 +486,59 @@ class MockCluster:
         _check_range("rtt_ms", rtt_ms, 0)
         code = self._live_lib().rd_kafka_mock_broker_set_rtt(self._cluster, broker_id, rtt_ms)
         self._raise_for("rd_kafka_mock_broker_set_rtt", code)
+
+    def set_partition_leader(self, topic: str, partition: int, broker_id: int) -> None:
+        """Make ``broker_id`` the leader of one partition, as a leader election does.
+
+        Clients that send to the old leader are answered NOT_LEADER_OR_FOLLOWER (6) and find
+        the new one in Metadata. The partition's records stay where they are (the mock keeps
+        one log per partition, not per replica).
+
+        Raises:
+            MockClusterError: Unknown topic or partition (UNKNOWN_TOPIC_OR_PART, 3).
+            ValueError: A partition below 0, a broker id below 1, or the cluster is closed.
+        """
+        _check_range("partition", partition, 0)
+        _check_range("broker_id", broker_id, 1)
+        code = self._live_lib().rd_kafka_mock_partition_set_leader(
+            self._cluster, topic.encode(), partition, broker_id)
+        self._raise_for("rd_kafka_mock_partition_set_leader", code)
+
+    def set_partition_follower(self, topic: str, partition: int, broker_id: int) -> None:
+        """Name ``broker_id`` the replica a consumer should fetch from (KIP-392's
+        preferred read replica, which the mock answers Fetch with).
+
+        Raises:
+            MockClusterError: Unknown topic or partition (UNKNOWN_TOPIC_OR_PART, 3).
+            ValueError: A partition below 0, a broker id below 1, or the cluster is closed.
+        """
+        _check_range("partition", partition, 0)
+        _check_range("broker_id", broker_id, 1)
+        code = self._live_lib().rd_kafka_mock_partition_set_follower(
+            self._cluster, topic.encode(), partition, broker_id)
+        self._raise_for("rd_kafka_mock_partition_set_follower", code)
+
+    def set_coordinator(self, kind: str, key: str, broker_id: int) -> None:
+        """Move the coordinator of a transactional id or a group to ``broker_id``.
+
+        The old coordinator answers NOT_COORDINATOR (16) from then on, and FindCoordinator
+        names the new one, as when a coordinator's partition changes leader.
+
+        Args:
+            kind: ``"transaction"`` or ``"group"``.
+            key: The transactional id or the group id.
+            broker_id: The new coordinator (1-based).
+
+        Raises:
+            MockClusterError: librdkafka refused (an unknown kind).
+            ValueError: An unknown ``kind``, a broker id below 1, or the cluster is closed.
+        """
+        if kind not in ("transaction", "group"):
+            raise ValueError(f"kind must be 'transaction' or 'group', not {kind!r}")
+        _check_range("broker_id", broker_id, 1)
+        code = self._live_lib().rd_kafka_mock_coordinator_set(
+            self._cluster, kind.encode(), key.encode(), broker_id)
+        self._raise_for("rd_kafka_mock_coordinator_set", code)
 
     def _live_lib(self) -> ctypes.CDLL:
         if self.closed:
