@@ -297,6 +297,42 @@ def test_every_flipped_byte_under_the_crc_raises_naming_topic_partition_offset()
         assert isinstance(err, FatalError) and err.api == ApiKey.FETCH
 
 
+def with_crc(data: bytes, at: int, crc: int) -> bytes:
+    """``data`` with the CRC field of the batch starting at ``at`` set to ``crc``."""
+    bad = bytearray(data)
+    struct.pack_into(">I", bad, at + 17, crc)
+    return bytes(bad)
+
+
+def test_check_crcs_off_decodes_batches_whose_crc_is_wrong() -> None:
+    # librdkafka's mock writes control batches with wrong CRCs: the consumer stopped at the
+    # first one, with no way to read on (check.crcs, librdkafka's setting, now is that way).
+    data, ends = sample()
+    bad = with_crc(with_crc(data, ends[0], 0xDEADBEEF), ends[1], 0)  # the data and the marker
+    with pytest.raises(CorruptRecordError, match=r"CRC-32C.*check\.crcs=False") as info:
+        decode_batches(bad, TP)
+    assert info.value.offset == 12
+    unchecked = decode_batches(bad, TP, check_crcs=False)
+    assert [as_tuples(b.records()) for b in unchecked.batches] == \
+        [as_tuples(b.records()) for b in decode_batches(data, TP).batches]
+    assert unchecked.batches[2].control_type is ControlType.COMMIT
+    assert unchecked.truncated_bytes == 0
+
+
+def test_check_crcs_off_still_checks_the_framing() -> None:
+    data, ends = sample()
+    bad = bytearray(with_crc(data, ends[0], 0))
+    bad[ends[0] + 16] = 3  # the magic
+    with pytest.raises(CorruptRecordError, match="magic"):
+        decode_batches(bytes(bad), TP, check_crcs=False)
+    backwards = batch(10, [b"a", b"b"]) + with_crc(batch(5, [b"c"]), 0, 0)
+    with pytest.raises(CorruptRecordError, match="backwards"):
+        decode_batches(backwards, TP, check_crcs=False)
+    bad_key = with_crc(control(5, 9, 0, key=b"\x00\x00"), 0, 0)
+    with pytest.raises(CorruptRecordError, match="control record key"):
+        decode_batches(bad_key, TP, check_crcs=False)
+
+
 def test_flipped_magic_is_never_skipped() -> None:
     data, ends = sample()
     for magic in (3, 0x82):

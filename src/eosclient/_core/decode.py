@@ -10,14 +10,15 @@ control flags, so a partition in the older formats cannot be read with transacti
 
 :func:`decode_batches` splits the bytes, checks every batch's CRC-32C (it covers everything from
 the attributes on; the base offset, length, leader epoch and magic are outside it, so offsets
-running backwards are checked separately) and reads the 61-byte header. A batch whose bytes run
-past the end is the partial batch a Fetch may end with (the broker cuts at ``max_bytes``): it is
-not an error, it is dropped, and fetching resumes at its offset. Control batches (KIP-98) are
-parsed at once into their marker, since the read_committed filter needs every marker; other
-batches decode their records only when :meth:`RecordBatch.records` is called, so a batch the
-filter drops as aborted is never decompressed or parsed. Decompression streams into at most
-``receive.message.max.bytes`` (snappy: its claimed length is checked first); a batch that would
-make more is corrupt (or hostile), and refused before the memory is taken.
+running backwards are checked separately; ``check.crcs=False`` skips the CRC, never the rest)
+and reads the 61-byte header. A batch whose bytes run past the end is the partial batch a Fetch
+may end with (the broker cuts at ``max_bytes``): it is not an error, it is dropped, and fetching
+resumes at its offset. Control batches (KIP-98) are parsed at once into their marker, since the
+read_committed filter needs every marker; other batches decode their records only when
+:meth:`RecordBatch.records` is called, so a batch the filter drops as aborted is never
+decompressed or parsed. Decompression streams into at most ``receive.message.max.bytes``
+(snappy: its claimed length is checked first); a batch that would make more is corrupt (or
+hostile), and refused before the memory is taken.
 
 The record loop is this module's own (kafka-python's ``DefaultRecordBatch`` reads about 200k
 records/s here, a third of this loop's rate): the common one- and two-byte varints are read inline.
@@ -53,6 +54,10 @@ _LOG_OVERHEAD: Final = 12
 _MAGIC_AT: Final = 16
 _CRC_FROM: Final = 21  # the CRC covers the attributes onwards
 _CONTROL_KEY: Final = struct.Struct(">hh")  # version, type
+_BAD_CRC: Final = (
+    "record batch fails its CRC-32C check: corrupt in transit or on the broker's disk. A broker "
+    "known to write bad CRCs (librdkafka's mock cluster does, in its control batches) is read "
+    "with check.crcs=False")
 
 #: ``receive.message.max.bytes``' default: what a batch may decompress to unless told otherwise.
 DEFAULT_MAX_DECOMPRESSED: Final = 100_000_000
@@ -758,7 +763,8 @@ class DecodedBatches(NamedTuple):
 
 
 def decode_batches(data: bytes | bytearray | memoryview | None, tp: TopicPartition,
-                   max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> DecodedBatches:
+                   max_decompressed: int = DEFAULT_MAX_DECOMPRESSED, *,
+                   check_crcs: bool = True) -> DecodedBatches:
     """Split a Fetch partition's ``records`` bytes into checked record batches.
 
     Args:
@@ -766,13 +772,16 @@ def decode_batches(data: bytes | bytearray | memoryview | None, tp: TopicPartiti
         tp: The partition, named in errors and kept on every batch.
         max_decompressed: Each batch's bound on its decompressed records
             (``receive.message.max.bytes``).
+        check_crcs: Whether to check each batch's CRC-32C (``check.crcs``). Off, a batch whose
+            CRC does not match is decoded as it is; its framing is checked all the same.
 
     Returns:
         The whole batches in order; a partial batch at the end is dropped and counted.
 
     Raises:
-        CorruptRecordError: a batch failed its CRC-32C, is too short, has an unknown magic, or
-            offsets run backwards. The message names topic, partition and offset.
+        CorruptRecordError: a batch failed its CRC-32C (``check_crcs`` only), is too short, has
+            an unknown magic, or offsets run backwards. The message names topic, partition and
+            offset.
         FatalError: the partition holds the legacy message formats v0/v1.
     """
     if not data:
@@ -789,9 +798,10 @@ def decode_batches(data: bytes | bytearray | memoryview | None, tp: TopicPartiti
             partial = end - pos
             break  # the partial batch a Fetch may end with (KIP-74)
         _check_frame(data, pos, last, tp)
-        if calc_crc32c(view[pos + _CRC_FROM:end]) != _HEADER.unpack_from(data, pos)[4]:
-            raise CorruptRecordError("record batch fails its CRC-32C check", topic=tp.topic,
-                                     partition=tp.partition, offset=base)
+        if check_crcs and calc_crc32c(view[pos + _CRC_FROM:end]) != \
+                _HEADER.unpack_from(data, pos)[4]:
+            raise CorruptRecordError(_BAD_CRC, topic=tp.topic, partition=tp.partition,
+                                     offset=base)
         batch = RecordBatch(tp, data, pos, end, max_decompressed)
         last = batch.last_offset
         batches.append(batch)
