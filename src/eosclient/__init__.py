@@ -25,6 +25,7 @@ from eosclient.consumer import (
 )
 from eosclient.errors import (
     AbortableError,
+    AllBrokersDownError,
     AuthenticationError,
     CommitFailedError,
     ConfigError,
@@ -64,6 +65,7 @@ __all__ = [
     "AbortableError",
     "Admin",
     "AdminConfig",
+    "AllBrokersDownError",
     "AuthenticationError",
     "BinaryColumn",
     "ClientConfig",

@@ -73,6 +73,7 @@ from eosclient._net.backoff import Backoff
 from eosclient._net.client import NetworkClient
 from eosclient.config import AdminConfig, build
 from eosclient.errors import (
+    AllBrokersDownError,
     ApiKey,
     ConfigError,
     EosError,
@@ -477,6 +478,8 @@ class Admin:
                 return attempt()
             except _NotRetried as wrapped:
                 raise wrapped.error from None
+            except AllBrokersDownError:  # never reached one: a wrong address, said at once
+                raise
             except RetriableError as exc:
                 failures += 1
                 delay = self._backoff.delay(failures)

@@ -338,6 +338,13 @@ class ClientConfig:
         "(ClientStats) -> None, called every statistics.interval.ms on a thread of its own "
         "(confluent-kafka's stats_cb, given the dataclass rather than JSON)"))
 
+    error_cb: Callable[[Any], object] | None = field(default=None, metadata=setting(
+        "error_cb", function(optional=True),
+        "(EosError) -> None, called with client-wide errors: AllBrokersDownError when no "
+        "broker can be reached, an AuthenticationError; on the client's I/O thread "
+        "(librdkafka's error_cb). Without it, a client that never reached a broker raises "
+        "AllBrokersDownError from its calls"))
+
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
             value = getattr(self, spec.name)

@@ -398,6 +398,8 @@ class ReadCommittedConsumer:
         Raises:
             Exception: whatever :meth:`poll` raises, at the record where it happened; the
                 iteration ends.
+            AllBrokersDownError: ``idle_timeout`` passed and no broker was ever reached (even
+                with ``error_cb`` set): quiet is not the end of the data then.
         """
         idle = None if idle_timeout is None else args.timeout_of(idle_timeout, 0)
         wait = args.timeout_of(poll_timeout, 0)
@@ -408,6 +410,7 @@ class ReadCommittedConsumer:
                 yield got[0]
                 quiet_since = time.monotonic()
             elif idle is not None and time.monotonic() - quiet_since >= idle:
+                self._check_idle_end(idle)
                 return
 
     @serialized
@@ -790,6 +793,17 @@ class ReadCommittedConsumer:
         return f"<ReadCommittedConsumer group_id={self.config.group_id!r} {state}>"
 
     # -- internals ------------------------------------------------------------------------------
+
+    def _check_idle_end(self, idle: float) -> None:
+        """records()' end after ``idle`` quiet seconds, shared with the asyncio front: quiet
+        from a cluster never reached is not the end of the data.
+
+        Raises:
+            AllBrokersDownError: no broker was ever reached.
+        """
+        client = self._loop.client
+        if not client.reached:
+            raise client.unreached_error(idle)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -64,6 +64,8 @@ The exception tree
     ├── RetriableError                  transient; already retried within the timeout -> call again
     │   ├── KafkaTimeoutError           a deadline passed (also a builtin TimeoutError)
     │   └── KafkaConnectionError        a connection was refused or cut; outcome unknown
+    │       └── AllBrokersDownError     no broker can be reached (a wrong address, a cluster
+    │                                   down); the client keeps trying -> call again, or fix
     ├── AbortableError                  the transaction is lost, the producer is fine -> abort, redo
     │   ├── EpochBumpRequiredError      KIP-360: the sequence broke; the abort bumps the epoch
     │   └── CommitFailedError           a rebalance gave partitions away before their commit
@@ -106,6 +108,7 @@ from eosclient._error_table import SUCCESS_LIKE, TABLE, ApiKey, Kind
 
 __all__ = [
     "AbortableError",
+    "AllBrokersDownError",
     "ApiKey",
     "AuthenticationError",
     "CommitFailedError",
@@ -193,6 +196,19 @@ class KafkaConnectionError(RetriableError):
     Not a builtin ``ConnectionError``: code that wraps ``OSError`` from sockets must not catch
     its own wrapper again. Resending is safe where the protocol makes it so (Produce keeps its
     sequence numbers, EndTxn is resumed, not restarted).
+    """
+
+
+class AllBrokersDownError(KafkaConnectionError):
+    """No broker could be reached: every connect failed for ``reconnect.backoff.max.ms`` (at
+    least 1 s). The message names each address and why it failed (refused, not resolved, set-up
+    timed out). librdkafka's ``_ALL_BROKERS_DOWN``.
+
+    A client that never reached a broker raises it from its calls (a mistyped address must not
+    look like "no data"), unless ``error_cb`` is set: then it goes to ``error_cb`` and calls
+    wait out their timeouts. A client that has reached a broker before only reports it to
+    ``error_cb`` (and logs a WARNING) while it waits out the outage. The client keeps trying
+    to connect either way; calling again resumes waiting.
     """
 
 

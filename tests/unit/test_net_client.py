@@ -57,9 +57,9 @@ def metadata_response(port: int, topics: dict[str, int] | None = None) -> Any:
 class FakeBroker:
     """Answers ApiVersions; everything else as ``script(api_key, request)`` says."""
 
-    def __init__(self, script: Callable[[ApiKey, Any], Any]) -> None:
+    def __init__(self, script: Callable[[ApiKey, Any], Any], port: int = 0) -> None:
         self.script = script
-        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server = socket.create_server(("127.0.0.1", port))
         self.port: int = self.server.getsockname()[1]
         self.seen: list[ApiKey] = []
         self.connections = 0
@@ -698,7 +698,8 @@ def test_a_timeout_while_no_broker_can_be_reached_is_chained_from_why(
     # send() and position() raised a bare deadline error: nothing said the broker refused.
     port = free_port()
     lookups(monkeypatch, {"broker.test": [("::1", port), ("127.0.0.1", port)]})
-    producer = TransactionalProducer(f"broker.test:{port}", max_block_ms=1_000)
+    # (Waits shorter than the 1 s after which the client says AllBrokersDownError itself.)
+    producer = TransactionalProducer(f"broker.test:{port}", max_block_ms=500)
     try:
         with pytest.raises(KafkaTimeoutError) as raised:
             producer.send("t", b"x")
@@ -710,7 +711,7 @@ def test_a_timeout_while_no_broker_can_be_reached_is_chained_from_why(
     try:
         consumer.assign([TopicPartition("t", 0)])
         with pytest.raises(KafkaTimeoutError) as raised:
-            consumer.position(TopicPartition("t", 0), timeout=1)
+            consumer.position(TopicPartition("t", 0), timeout=0.5)
         assert isinstance(raised.value.__cause__, KafkaConnectionError)
         assert isinstance(raised.value.__cause__.__cause__, ConnectionRefusedError)
     finally:

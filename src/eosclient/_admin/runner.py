@@ -117,6 +117,7 @@ class AdminRunner(IoThread):
             raise stopped_error(self.crashed, "admin client")
         if self.closed:
             raise IllegalStateError("the admin client is closed")
+        self.client.check_reached(time.monotonic())
 
     def _run(self) -> None:
         answers: list[Answer] = []
@@ -127,6 +128,7 @@ class AdminRunner(IoThread):
                     self.changed.notify_all()
                 if timeout is None:
                     return
+                self.client.report()  # error_cb, outside the lock
                 answers = self.client.poll(timeout)
         except BaseException as exc:  # a bug: make every caller see it rather than hang
             if exc is not self.client.fatal:

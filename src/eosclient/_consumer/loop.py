@@ -116,11 +116,14 @@ class IoLoop(IoThread):
 
         Raises:
             AuthenticationError: a connection could not be authenticated; close, fix settings.
+            AllBrokersDownError: no broker was ever reached, and none can be (without
+                ``error_cb``); the consumer keeps trying, call again to wait on.
             FatalError: the thread crashed; the consumer can only be closed.
             ResponseTooLargeError: a non-Fetch answer was over ``receive.message.max.bytes``.
         """
         if self.crashed is not None:
             raise stopped_error(self.crashed, "consumer")
+        self.client.check_reached(time.monotonic())
 
     def turn(self, answers: list[Answer]) -> float | None:
         """Step 2 of the loop (the module docstring); the next wait, None to exit."""

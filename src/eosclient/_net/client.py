@@ -79,7 +79,9 @@ from eosclient._net.resolver import resolve
 from eosclient._net.security import security_for
 from eosclient.config import ClientConfig
 from eosclient.errors import (
+    AllBrokersDownError,
     AuthenticationError,
+    EosError,
     KafkaConnectionError,
     ProtocolError,
     ResponseTooLargeError,
@@ -135,6 +137,14 @@ class NetworkClient:
         #: The last connect that failed since a connection was last ready (None then): the
         #: cause to chain into a blocking call's timeout. One reference, read by any thread.
         self.connect_failure: KafkaConnectionError | None = None
+        #: Whether a connection ever completed its handshake (the address was right once).
+        self.reached = False
+        #: Since when no broker has been reachable (None: one is, or no connect failed yet).
+        self.unreachable_since: float | None = None
+        self._gone_after = max(1.0, config.reconnect_backoff_max_ms / 1000)
+        self._why: dict[tuple[str, int], str] = {}  # address -> why its last connect failed
+        self._down_reported = False  # this outage went to the log and error_cb
+        self._reports: list[EosError] = []  # for error_cb, handed over by report()
         self._failures: dict[int, int] = {}  # node id -> connects failed in a row
         self._not_before: dict[int, float] = {}  # node id -> reconnect backoff end
         self._unknown_topics: set[str] = set()  # warned about: the cluster has no such topic
@@ -244,8 +254,12 @@ class NetworkClient:
             self.send(None, self.metadata.build_request(now), self._on_metadata)
 
     def next_timer(self) -> float:
-        """The nearest deadline of any connection (connects, setup and request timeouts)."""
-        return min((c.next_deadline() for c in self._conns.values()), default=float("inf"))
+        """The nearest deadline of any connection (connects, setup and request timeouts), or
+        the moment an outage becomes one to report."""
+        nearest = min((c.next_deadline() for c in self._conns.values()), default=float("inf"))
+        if self.unreachable_since is not None and not self._down_reported:
+            nearest = min(nearest, self.unreachable_since + self._gone_after)
+        return nearest
 
     def poll(self, timeout: float) -> list[Answer]:
         """Wait at most ``timeout`` seconds for I/O; return the requests that finished.
@@ -270,8 +284,60 @@ class NetworkClient:
         for conn in list(self._conns.values()):
             conn.expire(now)
             self._after(conn, now)
+        if not self._down_reported and (down := self.all_down(now)) is not None:
+            self._down_reported = True
+            log.warning("%s; retrying with backoff", down)
+            self._reports.append(down)
         answers, self._answers = self._answers, []
         return answers
+
+    def all_down(self, now: float) -> AllBrokersDownError | None:
+        """Why no broker can be reached, once none has been for ``reconnect.backoff.max.ms``
+        (at least 1 s: a broker restarting within it is no news); None while one can be."""
+        since = self.unreachable_since
+        if since is None or now - since < self._gone_after:
+            return None
+        never = "" if self.reached else " (none ever was: is bootstrap.servers right?)"
+        tried = "; ".join(_failed(host, port, why) for (host, port), why in self._why.items())
+        error = AllBrokersDownError(f"no broker can be reached{never}: {tried}")
+        error.__cause__ = self.connect_failure
+        return error
+
+    def unreached_error(self, waited: float) -> AllBrokersDownError:
+        """The error of a wait of ``waited`` seconds that never reached a broker: why each
+        address failed, or that none answered in time (an address that swallows packets)."""
+        down = self.all_down(float("inf"))
+        if down is not None:
+            return down
+        servers = ",".join(self._config.bootstrap_servers)
+        return AllBrokersDownError(f"no broker of {servers} answered in {waited:g} s (still "
+                                   "connecting: is bootstrap.servers right?)")
+
+    def check_reached(self, now: float) -> None:
+        """Raise for a client that never reached a broker, once every connect has failed for
+        a while (a wrong address must not look like "no data"); unless ``error_cb`` is set,
+        which is then told instead (:meth:`report`) while calls wait out their timeouts.
+
+        Raises:
+            AllBrokersDownError: see above; the client keeps trying to connect.
+        """
+        if not self.reached and self._config.error_cb is None:
+            down = self.all_down(now)
+            if down is not None:
+                raise down
+
+    def report(self) -> None:
+        """Hand the client-wide errors noted since the last call to ``error_cb`` (the owner's
+        I/O thread, without its lock). An ``error_cb`` that raises is logged, never fatal."""
+        reports, self._reports = self._reports, []
+        callback = self._config.error_cb
+        if callback is None:
+            return
+        for error in reports:
+            try:
+                callback(error)
+            except Exception:
+                log.exception("error_cb raised on %r", error)
 
     def close_node(self, node_id: int, error: KafkaConnectionError | None = None, *,
                    level: int = logging.INFO) -> None:
@@ -358,6 +424,7 @@ class NetworkClient:
         if conn.ready:
             self._failures.pop(conn.node_id, None)
             self.connect_failure = None
+            self.reached, self.unreachable_since, self._down_reported = True, None, False
         if registered is not None and registered[0] is not conn.sock:  # moved on (or TLS)
             self._unregister(conn)
             registered = None
@@ -390,9 +457,16 @@ class NetworkClient:
             if self.fatal is None:
                 log.error("%s; not retried: fix the credentials, certificates or "
                           "security.protocol", conn.failure)
+                self._reports.append(conn.failure)
             self.fatal = self.fatal or conn.failure
         failures = self._failures.get(conn.node_id, 0) + 1
         self._failures[conn.node_id] = failures
+        self._why[conn.address] = conn.reason or str(conn.failure or "closed")
+        # A failed connect starts the outage's clock; a connection that closed after it was
+        # ready (a broker's idle timeout, a restart) does not, until reconnecting fails too.
+        if (not conn.was_ready and self.unreachable_since is None
+                and not any(c.ready for c in self._conns.values())):
+            self.unreachable_since = now
         if conn.node_id >= 0:  # a broker lost or unreachable: its partitions may have moved
             self.metadata.request_update()
         self._not_before[conn.node_id] = now + self._reconnect.delay(failures)
@@ -429,6 +503,12 @@ class NetworkClient:
                 self._unknown_topics.add(topic.name)
                 log.warning("topic %r does not exist (UNKNOWN_TOPIC_OR_PARTITION); waiting for "
                             "it to be created", topic.name)
+
+
+def _failed(host: str, port: int, why: str) -> str:
+    """``host:port ECONNREFUSED (...)``: one address's failure, its name said once."""
+    why = why.removeprefix("every address failed: ")
+    return why if why.startswith(f"{host}:{port} ") else f"{host}:{port}: {why}"
 
 
 def _split(server: str) -> tuple[str, int]:

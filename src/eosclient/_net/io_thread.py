@@ -142,6 +142,7 @@ class IoThread:
         answers: list[Answer] = []
         try:
             while (timeout := self.turn(answers)) is not None:
+                self.client.report()  # error_cb, outside the lock
                 answers = self.client.poll(timeout)
         except BaseException as exc:  # a bug: make every caller see it rather than hang
             self.crash(exc)

@@ -136,6 +136,7 @@ class LoopDriver:
                 timeout = self._io.turn(answers)
                 if timeout is None:
                     break
+                client.report()  # error_cb
                 # What the thread's poll does before it waits: start the connects the turn
                 # asked for and write what it sent. Its answers (a failed connect) turn at once.
                 answers = client.poll(0.0)

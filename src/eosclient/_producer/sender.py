@@ -106,10 +106,6 @@ class Sender(IoThread):
         # application's calls that change the transaction or open batches (the producer's).
         self.shortcuts: dict[object, Appender] = {}
         self.flushing = 0
-        # Since when no broker has been reachable (None: one is, or nothing failed yet); set
-        # by the I/O thread at every step, read by close() (see broker_gone).
-        self.unreachable_since: float | None = None
-        self._gone_after = max(1.0, config.reconnect_backoff_max_ms / 1000)
         self._lane = ProduceLane(config, self.core, self.acc, self.client)
         self._sends: list[SendRequest] = []
         self._next_expiry = 0.0
@@ -133,18 +129,20 @@ class Sender(IoThread):
 
         Raises:
             AuthenticationError: a connection could not be authenticated; close, fix settings.
+            AllBrokersDownError: no broker was ever reached, and none can be (without
+                ``error_cb``); the producer keeps trying, call again to wait on.
             FatalError: the thread crashed; the producer can only be closed.
             ResponseTooLargeError: a non-Fetch answer was over ``receive.message.max.bytes``.
         """
         if self.crashed is not None:
             raise stopped_error(self.crashed, "producer")
+        self.client.check_reached(time.monotonic())
 
     def broker_gone(self, now: float) -> bool:
         """Whether no broker has been reachable for a while: every connect failed, through
         at least one reconnect at the longest backoff (``reconnect.backoff.max.ms``, at least
         1 s). Waiting on for an answer is then pointless (call under the lock)."""
-        since = self.unreachable_since
-        return since is not None and now - since >= self._gone_after
+        return self.client.all_down(now) is not None
 
     def _take_settled(self) -> list[DeliveryFuture[object]]:
         # The list object is shared with every future (their sink): empty it, never rebind it.
@@ -182,10 +180,6 @@ class Sender(IoThread):
             raise self.client.fatal
         now = time.monotonic()
         timeout = self._step(now)
-        if self.client.reachable():
-            self.unreachable_since = None
-        elif self.unreachable_since is None:
-            self.unreachable_since = now
         self.sleeping = True
         return timeout
 

@@ -284,7 +284,8 @@ class AsyncReadCommittedConsumer:
         consumer.records(idle_timeout=5)`` ends when the loop breaks, after ``idle_timeout``
         seconds without a record (None: never), or once the consumer is closed. One record per
         poll, so the position (and a :meth:`commit` inside the loop) never passes a record the
-        loop has not seen."""
+        loop has not seen. Raises AllBrokersDownError rather than end when no broker was ever
+        reached."""
         idle = None if idle_timeout is None else timeout_of(idle_timeout, 0)
         wait = timeout_of(poll_timeout, 0)
         quiet_since = time.monotonic()
@@ -294,6 +295,7 @@ class AsyncReadCommittedConsumer:
                 yield got[0]
                 quiet_since = time.monotonic()
             elif idle is not None and time.monotonic() - quiet_since >= idle:
+                self._sync._check_idle_end(idle)
                 return
 
     def __aiter__(self) -> AsyncReadCommittedConsumer:
