@@ -157,6 +157,13 @@ def _compression(value: object, key: str) -> object:
     return value.lower()
 
 
+def boolean(value: object, key: str) -> object:
+    """A check for a bool (``1``, ``"true"`` and the like are refused: not coerced)."""
+    if type(value) is not bool:
+        raise ConfigError(f"expected a bool, got {_type_name(value)}", key=key)
+    return value
+
+
 def choice(*names: str) -> Check:
     """A check for one of ``names`` (case-insensitive; normalised to lower case)."""
 
@@ -550,6 +557,13 @@ class ConsumerConfig(ClientConfig):
     max_held_bytes: int = field(default=DEFAULT_MAX_HELD_BYTES, metadata=setting(
         "read.committed.max.held.bytes", integer(1),
         "per partition: transactional data held for its marker before scanning (eosclient)"))
+    check_crcs: bool = field(default=True, metadata=setting(
+        "check.crcs", boolean,
+        "verify the CRC-32C of every fetched record batch (librdkafka's meaning). Java's default, "
+        "not librdkafka's False: about 40 us per MB fetched (1-13% of decoding it), and a "
+        "corrupt batch (a transaction marker among them) fails poll() instead of being misread. "
+        "False decodes such a batch anyway (its framing is still checked): for brokers that "
+        "write bad CRCs, as librdkafka's mock does in its control batches"))
     key_deserializer: Deserializer | None = field(default=None, metadata=setting(
         "key.deserializer", function(optional=True),
         "key bytes -> object (not called for a null key); None delivers bytes"))

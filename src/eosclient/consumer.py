@@ -171,7 +171,8 @@ class ReadCommittedConsumer:
         self._assignment = Assignment(isolation, max_held_bytes=cfg.max_held_bytes,
                                       max_partition_bytes=cfg.max_partition_fetch_bytes,
                                       reset_policy=cfg.auto_offset_reset,
-                                      max_batch_bytes=cfg.receive_message_max_bytes)
+                                      max_batch_bytes=cfg.receive_message_max_bytes,
+                                      check_crcs=cfg.check_crcs)
         self._fetcher = Fetcher(cfg, client, self._assignment)
         self._group = GroupCoordinator(cfg, client, self._assignment) if cfg.group_id else None
         loop.drivers = [*([self._group] if self._group else []), self._fetcher]

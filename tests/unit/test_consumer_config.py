@@ -39,6 +39,7 @@ def test_defaults_are_kafkas_except_where_exactly_once_needs_otherwise() -> None
     assert (cfg.session_timeout_ms, cfg.heartbeat_interval_ms, cfg.max_poll_interval_ms) == (
         45_000, 3_000, 300_000)
     assert cfg.partition_assignment_strategy == ("range", "roundrobin") and cfg.read_committed
+    assert cfg.check_crcs is True  # Java's default; librdkafka's is False (see config.py)
 
 
 def test_every_field_has_a_unique_kafka_key() -> None:
@@ -49,9 +50,11 @@ def test_every_field_has_a_unique_kafka_key() -> None:
 
 def test_dotted_keys_and_keywords_agree() -> None:
     by_key = consumer_config({"group.id": "g", "isolation.level": "READ_UNCOMMITTED",
-                              "partition.assignment.strategy": "roundrobin, range"})
+                              "partition.assignment.strategy": "roundrobin, range",
+                              "check.crcs": False})
     by_keyword = consumer_config(group_id="g", isolation_level="read_uncommitted",
-                                 partition_assignment_strategy=["roundrobin", "range"])
+                                 partition_assignment_strategy=["roundrobin", "range"],
+                                 check_crcs=False)
     assert by_key == by_keyword and not by_key.read_committed
 
 
@@ -61,6 +64,7 @@ def test_dotted_keys_and_keywords_agree() -> None:
     ("partition.assignment.strategy", "sticky"), ("partition.assignment.strategy", []),
     ("partition.assignment.strategy", "range,range"), ("group.id", ""),
     ("session.timeout.ms", "45000"), ("read.committed.max.held.bytes", 0),
+    ("check.crcs", "false"), ("check.crcs", 0),
 ])
 def test_a_bad_value_names_its_key(key: str, value: object) -> None:
     with pytest.raises(ConfigError) as raised:

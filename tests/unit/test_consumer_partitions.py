@@ -64,9 +64,9 @@ class Data(NamedTuple):
     aborted_transactions: Any = None
 
 
-def assignment(policy: str = "earliest", *partitions: TP) -> Assignment:
+def assignment(policy: str = "earliest", *partitions: TP, check_crcs: bool = True) -> Assignment:
     a = Assignment(Isolation.READ_COMMITTED, max_held_bytes=1 << 20, max_partition_bytes=1000,
-                   reset_policy=policy)
+                   reset_policy=policy, check_crcs=check_crcs)
     a.replace(partitions or [A], committed=False)
     for state in a:
         state.seek(0)
@@ -158,6 +158,22 @@ def test_records_fetched_before_a_failure_are_still_delivered() -> None:
     assert offsets(a) == [0, 1] and state.position == 2
     with pytest.raises(CorruptRecordError):
         offsets(a)
+
+
+def test_check_crcs_off_reads_past_markers_whose_crc_is_wrong() -> None:
+    # librdkafka's mock writes its COMMIT markers with wrong CRCs: the partition failed at the
+    # first marker, and nothing of a transaction was ever delivered.
+    marker = bytearray(raw(3, 1, pid=7, marker=1))
+    struct.pack_into(">I", marker, 17, 0)
+    answer = Data(raw(0, 3, pid=7) + bytes(marker) + raw(4, 1))
+    checked = assignment()
+    give(checked, A, answer)
+    with pytest.raises(CorruptRecordError, match=r"check\.crcs=False") as raised:
+        offsets(checked)
+    assert raised.value.offset == 3
+    unchecked = assignment(check_crcs=False)
+    state = give(unchecked, A, answer)
+    assert offsets(unchecked) == [0, 1, 2, 4] and state.position == 5
 
 
 def test_offset_out_of_range_resets_per_policy() -> None:

@@ -91,10 +91,11 @@ class PartitionState:
     """
 
     def __init__(self, tp: TopicPartition, filt: PartitionFilter, max_bytes: int,
-                 max_batch_bytes: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+                 max_batch_bytes: int = DEFAULT_MAX_FRAME_SIZE, *,
+                 check_crcs: bool = True) -> None:
         self.tp = tp
         self.filter = filt
-        self.ready = ReadyQueue(tp, filt, max_batch_bytes)
+        self.ready = ReadyQueue(tp, filt, max_batch_bytes, check_crcs=check_crcs)
         self.phase = Phase.COMMITTED
         self.token = 0
         self.reset_to = ""
@@ -179,14 +180,17 @@ class Assignment:
         reset_policy: ``auto.offset.reset``: earliest, latest or none.
         max_batch_bytes: ``receive.message.max.bytes``: no batch can be larger, before or
             after decompression.
+        check_crcs: ``check.crcs``: whether each fetched batch's CRC-32C is checked.
     """
 
     def __init__(self, isolation: Isolation, *, max_held_bytes: int, max_partition_bytes: int,
-                 reset_policy: str, max_batch_bytes: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+                 reset_policy: str, max_batch_bytes: int = DEFAULT_MAX_FRAME_SIZE,
+                 check_crcs: bool = True) -> None:
         self.isolation = isolation
         self.max_held_bytes = max_held_bytes
         self.max_partition_bytes = max_partition_bytes
         self.max_batch_bytes = max_batch_bytes
+        self.check_crcs = check_crcs
         self.reset_policy = reset_policy
         self.states: dict[TopicPartition, PartitionState] = {}
         self.version = 0  # bumped whenever the set of partitions changes
@@ -208,7 +212,7 @@ class Assignment:
                 filt = PartitionFilter(tp, isolation=self.isolation,
                                        max_held_bytes=self.max_held_bytes)
                 state = PartitionState(tp, filt, self.max_partition_bytes,
-                                       self.max_batch_bytes)
+                                       self.max_batch_bytes, check_crcs=self.check_crcs)
                 self.start(state, committed=committed)
             states[tp] = state
         self.states = states

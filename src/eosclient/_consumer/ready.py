@@ -1,12 +1,12 @@
 """One partition's fetched data on its way to the application: answers, then records. Sans-IO.
 
-A Fetch answer is checked (CRC-32C, framing) when ``poll()`` takes it in, but its batches are fed
-to the partition's :class:`~eosclient._core.isolation.PartitionFilter` only as records are asked
-for, one batch at a time (to the filter, each is a Fetch answer of one batch), and what the filter
-releases becomes :class:`ConsumerRecord` objects right away. So a ``poll()`` decodes about what it
-returns, and the records it creates die young: decoding a whole answer ahead kept tens of
-thousands of them alive into the garbage collector's older generations, and full collections
-became the consumer's biggest cost.
+A Fetch answer is checked (framing, and CRC-32C under ``check.crcs``) when ``poll()`` takes it in,
+but its batches are fed to the partition's :class:`~eosclient._core.isolation.PartitionFilter`
+only as records are asked for, one batch at a time (to the filter, each is a Fetch answer of one
+batch), and what the filter releases becomes :class:`ConsumerRecord` objects right away. So a
+``poll()`` decodes about what it returns, and the records it creates die young: decoding a whole
+answer ahead kept tens of thousands of them alive into the garbage collector's older
+generations, and full collections became the consumer's biggest cost.
 
 Feeding later than fetching asks for care in three places (and :meth:`ReadyQueue.take` runs on
 the application's thread outside the consumer's lock: it touches only what the I/O thread never
@@ -68,13 +68,16 @@ class ReadyQueue:
         tp: The partition.
         filt: Its filter.
         max_batch_bytes: ``receive.message.max.bytes``: no batch can be larger.
+        check_crcs: ``check.crcs``: whether each batch's CRC-32C is checked.
     """
 
     def __init__(self, tp: TopicPartition, filt: PartitionFilter,
-                 max_batch_bytes: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+                 max_batch_bytes: int = DEFAULT_MAX_FRAME_SIZE, *,
+                 check_crcs: bool = True) -> None:
         self.tp = tp
         self.filter = filt
         self.max_batch_bytes = max_batch_bytes
+        self.check_crcs = check_crcs
         # Read by the I/O thread (the rest is the application's): single attribute writes.
         self.nbytes = 0  # fetched bytes not yet fed (the prefetch bound)
         self.next_fetch = filt.fetch_offset
@@ -122,7 +125,7 @@ class ReadyQueue:
         fetch size would never end: the batch would look partial for ever.
         """
         records = data.records or b""
-        decoded, failure = _decode(records, self.tp, self.max_batch_bytes)
+        decoded, failure = _decode(records, self.tp, self.max_batch_bytes, self.check_crcs)
         if failure is None and decoded.truncated_bytes and not decoded.batches:
             failure = self._lying_length(records, decoded.partial_size, room)
         batches = [b for b in decoded.batches if b.last_offset >= self.next_fetch]
@@ -230,11 +233,11 @@ class ReadyQueue:
         return False, None
 
 
-def _decode(data: bytes, tp: TopicPartition, limit: int,
+def _decode(data: bytes, tp: TopicPartition, limit: int, check_crcs: bool,
             ) -> tuple[DecodedBatches, EosError | None]:
     """The batches of a Fetch answer up to the first bad one, and the error of that one."""
     try:
-        return decode_batches(data, tp, limit), None
+        return decode_batches(data, tp, limit, check_crcs=check_crcs), None
     except CorruptRecordError as exc:
         pos = 0
         while pos + _PREFIX.size <= len(data):
@@ -242,6 +245,6 @@ def _decode(data: bytes, tp: TopicPartition, limit: int,
             if base == exc.offset:
                 break
             pos += _PREFIX.size + length
-        return decode_batches(data[:pos], tp, limit), exc
+        return decode_batches(data[:pos], tp, limit, check_crcs=check_crcs), exc
     except EosError as exc:  # FatalError: the legacy message formats v0/v1
         return DecodedBatches([], 0), exc

@@ -46,7 +46,7 @@ _LARGEST_MAX_BYTES: Final = 256 * 1024 * 1024
 
 def read_partition(bootstrap_servers: Address, topic: str, partition: int, *,
                    isolation: IsolationName = "read_committed", start: int = 0,
-                   timeout: float = 10.0) -> list[ConsumerRecord]:
+                   timeout: float = 10.0, check_crcs: bool = True) -> list[ConsumerRecord]:
     """Every record of a partition from ``start`` to its current end, as a consumer sees them.
 
     Args:
@@ -57,20 +57,23 @@ def read_partition(bootstrap_servers: Address, topic: str, partition: int, *,
             ``"read_uncommitted"`` (every record below the high watermark, markers excluded).
         start: The first offset to read.
         timeout: Seconds for the whole read.
+        check_crcs: Whether to check each batch's CRC-32C (the consumer's ``check.crcs``;
+            False reads librdkafka's mock, whose control batches carry wrong CRCs).
 
     Returns:
         The records, in offset order.
 
     Raises:
         KafkaTimeoutError: the read took longer than ``timeout``.
-        CorruptRecordError: a fetched batch failed its CRC-32C check.
+        CorruptRecordError: a fetched batch failed its CRC-32C check (with ``check_crcs``),
+            or its framing or records do not parse.
         EosError: the broker answered Metadata or Fetch with an error.
     """
     level = _isolation(isolation)
     tp = TopicPartition(topic, partition)
     records: list[ConsumerRecord] = []
     filt = PartitionFilter(tp, isolation=level, start=start)
-    with _Fetcher(bootstrap_servers, tp, level, timeout) as fetcher:
+    with _Fetcher(bootstrap_servers, tp, level, timeout, check_crcs) as fetcher:
         while True:
             before = filt.fetch_offset
             decoded, data = fetcher.fetch(before)
@@ -83,7 +86,7 @@ def read_partition(bootstrap_servers: Address, topic: str, partition: int, *,
 
 def read_raw_batches(bootstrap_servers: Address, topic: str, partition: int, *,
                      isolation: IsolationName = "read_uncommitted", start: int = 0,
-                     timeout: float = 10.0) -> list[RecordBatch]:
+                     timeout: float = 10.0, check_crcs: bool = True) -> list[RecordBatch]:
     """The batches a Fetch returns from ``start`` to the end, control batches included.
 
     Nothing is filtered: under read_committed a broker may still send aborted batches (Kafka and
@@ -96,7 +99,7 @@ def read_raw_batches(bootstrap_servers: Address, topic: str, partition: int, *,
     tp = TopicPartition(topic, partition)
     batches: list[RecordBatch] = []
     offset = start
-    with _Fetcher(bootstrap_servers, tp, level, timeout) as fetcher:
+    with _Fetcher(bootstrap_servers, tp, level, timeout, check_crcs) as fetcher:
         while True:
             decoded, data = fetcher.fetch(offset)
             fresh = [b for b in decoded.batches if b.last_offset >= offset]
@@ -116,10 +119,11 @@ class _Fetcher:
     """One connection to the partition's leader, fetching it one request at a time."""
 
     def __init__(self, bootstrap: Address, tp: TopicPartition, isolation: Isolation,
-                 timeout: float) -> None:
+                 timeout: float, check_crcs: bool) -> None:
         self._deadline = time.monotonic() + timeout
         self._tp = tp
         self._isolation = isolation
+        self._check_crcs = check_crcs
         self._max_bytes = _FIRST_MAX_BYTES
         self._conn = _connect_to_leader(_addresses(bootstrap), tp, self._remaining())
 
@@ -148,7 +152,7 @@ class _Fetcher:
         data = _partition_of(response, self._tp)
         if data.error_code:
             raise error_for(ApiKey.FETCH, data.error_code)
-        return decode_batches(data.records, self._tp), data
+        return decode_batches(data.records, self._tp, check_crcs=self._check_crcs), data
 
     def end(self, data: Any) -> int:
         """Where this read stops: the LSO under read_committed, else the high watermark."""
