@@ -30,8 +30,14 @@ LIMIT = 100_000_000
 
 
 class FakeMetadata:
+    def __init__(self) -> None:
+        self.epochs: dict[TP, int] = {}
+
     def leader(self, tp: TP) -> int:
         return NODE
+
+    def leader_epochs(self) -> dict[TP, int]:
+        return self.epochs
 
     def want(self, topics: Any) -> None:
         pass
@@ -212,3 +218,14 @@ def test_each_partition_is_told_the_room_the_broker_had_for_it() -> None:
     on_done(Answer(request, response, None, NODE, on_done))
     rooms = [state.completed.room for state in assignment if state.completed is not None]
     assert rooms == [1000, 600]  # the second gets what the first left of max_bytes
+
+
+def test_a_fetch_names_each_partitions_leader_epoch() -> None:
+    # KIP-320: every Fetch went at current_leader_epoch -1, so a broker behind or ahead of
+    # the client's view answered from it without a word (FENCED_LEADER_EPOCH never came).
+    fetcher, client, _ = setup(2)
+    client.metadata.epochs = {TP("t", 0): 4}
+    fetcher.step(0.0)
+    [request] = [r for r, _ in client.sent]
+    epochs = {p.partition: p.current_leader_epoch for t in request.topics for p in t.partitions}
+    assert epochs == {0: 4, 1: -1}

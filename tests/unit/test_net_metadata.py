@@ -18,13 +18,13 @@ TOPIC = RESPONSE.fields["topics"].data_class
 PARTITION = TOPIC.fields["partitions"].data_class
 
 
-def response(topics: dict[str, tuple[int, list[int]]]) -> Any:
-    """``{name: (error code, [leader per partition])}``."""
+def response(topics: dict[str, tuple[int, list[int]]], epoch: int = 0) -> Any:
+    """``{name: (error code, [leader per partition])}``, every leader at ``epoch``."""
     return RESPONSE(
         brokers=[BROKER(node_id=1, host="h1", port=1, rack=None),
                  BROKER(node_id=2, host="h2", port=2, rack=None)],
         topics=[TOPIC(error_code=code, name=name, is_internal=False, partitions=[
-            PARTITION(error_code=0, partition_index=i, leader_id=leader, leader_epoch=0,
+            PARTITION(error_code=0, partition_index=i, leader_id=leader, leader_epoch=epoch,
                       replica_nodes=[], isr_nodes=[], offline_replicas=[])
             for i, leader in enumerate(leaders)]) for name, (code, leaders) in topics.items()],
         cluster_id="c", controller_id=1, throttle_time_ms=0)
@@ -113,3 +113,33 @@ def test_want_all_lists_every_topic_for_a_pattern_and_refreshes_by_age() -> None
     assert meta.all_topics == {"t", "u"}  # errors and internal topics left out
     assert meta.partition_count("u") == 1
     assert meta.next_update(1.0) == pytest.approx(301.0)
+
+
+def test_an_answer_with_an_older_leader_epoch_keeps_the_newer_leader_and_asks_again() -> None:
+    # KIP-320: a broker that has not heard of an election yet names the old leader; following
+    # it sent the client back to a broker that no longer leads the partition.
+    meta = fresh()
+    meta.want(["t"])
+    meta.build_request(0.0)
+    meta.on_response(response({"t": (0, [2])}, epoch=5), 1.0)
+    meta.build_request(1.0)
+    meta.on_response(response({"t": (0, [1])}, epoch=4), 2.0)  # a lagging broker's view
+    assert meta.leader(TopicPartition("t", 0)) == 2
+    assert meta.leader_epochs() == {TopicPartition("t", 0): 5}
+    assert meta.due(2.0)  # again after the backoff, not at metadata.max.age.ms
+    meta.build_request(2.1)
+    meta.on_response(response({"t": (0, [1])}, epoch=6), 3.0)  # a newer election
+    assert meta.leader(TopicPartition("t", 0)) == 1
+    assert meta.leader_epochs() == {TopicPartition("t", 0): 6}
+
+
+def test_a_topic_recreated_under_its_name_starts_its_epochs_again() -> None:
+    meta = fresh()
+    meta.want(["t"])
+    for topic_id, epoch, leader in ((b"a" * 16, 7, 2), (b"b" * 16, 0, 1)):
+        answer = response({"t": (0, [leader])}, epoch=epoch)
+        answer.topics[0].topic_id = topic_id
+        meta.build_request(0.0)
+        meta.on_response(answer, 1.0)
+    assert meta.leader(TopicPartition("t", 0)) == 1
+    assert meta.leader_epochs() == {TopicPartition("t", 0): 0}

@@ -214,7 +214,8 @@ class Fetcher:
         request = wire.fetch([(s.tp, s.ready.next_fetch, limit)
                               for s, limit in zip(states, limits, strict=False)],
                              isolation=self._isolation, max_wait_ms=config.fetch_max_wait_ms,
-                             min_bytes=config.fetch_min_bytes, max_bytes=max_bytes)
+                             min_bytes=config.fetch_min_bytes, max_bytes=max_bytes,
+                             epochs=self._metadata.leader_epochs())
         sent: Sent = [(s, s.token) for s in states]
         for state in states:
             state.in_flight = True

@@ -262,14 +262,17 @@ def read_list_offsets(response: Any) -> dict[TopicPartition, Offset]:
 
 
 def fetch(partitions: Iterable[tuple[TopicPartition, int, int]], *, isolation: int,
-          max_wait_ms: int, min_bytes: int, max_bytes: int) -> Any:
+          max_wait_ms: int, min_bytes: int, max_bytes: int,
+          epochs: Mapping[TopicPartition, int] | None = None) -> Any:
     """Fetch (v4+) of ``(partition, fetch offset, partition max bytes)``, in the order given
-    (KIP-74: only the first partition may exceed its limit), without a fetch session."""
+    (KIP-74: only the first partition may exceed its limit), without a fetch session; each
+    partition at its leader epoch in ``epochs`` (KIP-320, v9+), -1 (unchecked) if absent."""
     cls = APIS[ApiKey.FETCH].request
     topics: dict[str, list[Any]] = {}
+    epoch_of = (epochs or {}).get
     for tp, offset, limit in partitions:
         topics.setdefault(tp.topic, []).append(cls.FetchTopic.FetchPartition(
-            partition=tp.partition, current_leader_epoch=-1, fetch_offset=offset,
+            partition=tp.partition, current_leader_epoch=epoch_of(tp, -1), fetch_offset=offset,
             last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=limit))
     return cls(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
                isolation_level=isolation, session_id=0, session_epoch=-1,

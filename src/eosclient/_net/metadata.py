@@ -12,6 +12,16 @@ request asks for all topics, and :attr:`Metadata.all_topics` holds the names the
 listed (internal topics left out, as Java's ``exclude.internal.topics`` does by default), so the
 pattern is matched again on every refresh (at least every ``metadata.max.age.ms``).
 
+Leader epochs (KIP-320): an answer (Metadata v7+) gives each partition's leader epoch, which
+only grows while the topic lives. A broker whose view lags may answer with an older leader
+than an answer already read (a cluster's brokers learn of a leader election at different
+times): such a partition keeps the newer leader, and another request is due after the backoff,
+rather than send the client back to a broker that no longer leads it. A topic recreated under
+the same name (a new topic id, Metadata v10+) starts its epochs again. The epochs are also
+sent with Fetch (``current_leader_epoch``), so a broker that is not at that epoch says so
+(FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH: retried after a refresh) instead of answering
+from a view older or newer than the client's.
+
 Error codes are classified only by :func:`eosclient.errors.error_for`: a retriable topic error
 (UNKNOWN_TOPIC_OR_PARTITION while a topic is being created, LEADER_NOT_AVAILABLE) keeps the
 topic wanted and asks again after the backoff; anything else is kept as the topic's error for
@@ -47,6 +57,8 @@ class Metadata:
         self._auto_create = auto_create
         self._wanted: set[str] = set()
         self._leaders: dict[TopicPartition, int] = {}
+        self._epochs: dict[TopicPartition, int] = {}  # KIP-320: the leader epoch of each
+        self._topic_ids: dict[str, object] = {}  # v10+: a new id is a new topic (epochs anew)
         self._counts: dict[str, int] = {}
         self._errors: dict[str, EosError] = {}
         self._last_errors: dict[str, EosError] = {}
@@ -83,6 +95,11 @@ class Metadata:
     def leaders(self) -> Mapping[TopicPartition, int]:
         """Every known partition's leader."""
         return self._leaders
+
+    def leader_epochs(self) -> Mapping[TopicPartition, int]:
+        """Every known partition's leader epoch (KIP-320); a partition without one (an
+        answer before Metadata v7, a broker that gives -1) is absent."""
+        return self._epochs
 
     # -- when to ask ---------------------------------------------------------------------------
 
@@ -161,10 +178,20 @@ class Metadata:
         self._errors.pop(name, None)
         self._last_errors.pop(name, None)
         self._counts[name] = len(topic.partitions)
+        topic_id = getattr(topic, "topic_id", None)
+        if topic_id and self._topic_ids.get(name, topic_id) != topic_id:
+            self._epochs = {tp: e for tp, e in self._epochs.items() if tp.topic != name}
+        if topic_id:
+            self._topic_ids[name] = topic_id
         for part in topic.partitions:
             tp = TopicPartition(name, part.partition_index)
-            if part.leader_id == _NO_LEADER:
+            epoch = getattr(part, "leader_epoch", -1)
+            if 0 <= epoch < self._epochs.get(tp, -1):  # KIP-320: a view older than ours
+                self._forced = True
+            elif part.leader_id == _NO_LEADER:
                 self._leaders.pop(tp, None)
                 self._forced = True
             else:
                 self._leaders[tp] = part.leader_id
+                if epoch >= 0:
+                    self._epochs[tp] = epoch
