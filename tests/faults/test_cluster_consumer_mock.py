@@ -163,3 +163,29 @@ def test_an_open_transaction_is_held_though_the_mock_gives_it_as_stable(
     assert all(consumer.position(tp) == ends[tp] for tp in PARTITIONS)
     producer.commit_transaction(TIMEOUT)
     assert sorted(r.value for r in read_to(consumer, log_ends(cluster))) == [b"open"] * 3
+
+
+def test_reading_from_leaders_that_move_and_brokers_that_bounce_gives_the_committed_records(
+        cluster: MockCluster, producer: TransactionalProducer,
+        make_consumer: Callable[..., ReadCommittedConsumer]) -> None:
+    # Every partition's leader moves (a new leader epoch each time: the Fetch at the old one
+    # is refused) and brokers go down and up between transactions, while the consumer reads.
+    consumer = make_consumer(**{"check.crcs": False})
+    committed: list[bytes] = []
+    records: list[ConsumerRecord] = []
+    for round_ in range(6):
+        committed += transaction(producer, f"c{round_}-", commit=True)
+        transaction(producer, f"a{round_}-", commit=False)
+        records += consumer.poll(0.2)
+        for tp in PARTITIONS:
+            cluster.set_partition_leader(TOPIC, tp.partition, (tp.partition + round_) % 3 + 1)
+        if round_ % 2:
+            down = round_ % 3 + 1
+            cluster.set_broker_down(down)
+            records += consumer.poll(0.5)
+            cluster.set_broker_up(down)
+    records += read_to(consumer, log_ends(cluster))
+    assert sorted(r.value for r in records) == sorted(committed)
+    for tp in PARTITIONS:
+        offsets = [r.offset for r in records if r.partition == tp.partition]
+        assert offsets == sorted(set(offsets))
