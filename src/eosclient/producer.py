@@ -194,9 +194,14 @@ class TransactionalProducer:
         """Open a transaction; never waits.
 
         Args:
-            partitions: Pre-register these partitions (KIP-609 style): one AddPartitionsToTxn
-                goes out at once, overlapping the application's work; ``send()`` to any other
-                partition then raises :class:`~eosclient.errors.UnknownPartitionError`.
+            partitions: The partitions this transaction may write; ``send()`` to any other
+                partition raises :class:`~eosclient.errors.UnknownPartitionError`. They are
+                pre-registered (KIP-609 style: one AddPartitionsToTxn at once, overlapping the
+                application's work) where leaving one empty is safe on every broker: while
+                this producer id is new (no earlier instance held the transactional.id) and
+                none of its aborted transactions wrote there. The others are registered with
+                their first record, so a declared partition that gets none is never in the
+                transaction (noida-db fails such a commit half done; docs/testing.md).
             group_id: Pre-register the consumer group whose offsets this transaction commits;
                 ``send_offsets_to_transaction`` for another group then raises
                 :class:`~eosclient.errors.InvalidGroupIdError`.

@@ -27,7 +27,6 @@ import pytest
 from eosclient import (
     ConsumerRecord,
     ExactlyOnceProcessor,
-    FatalError,
     OutputRecord,
     TopicPartition,
     TransactionalProducer,
@@ -131,12 +130,13 @@ def test_noida_acknowledges_a_commit_it_aborted(tmp_path: Path) -> None:
 
 @pytest.mark.broker
 @pytest.mark.noida
-def test_noida_half_commits_after_a_reinit_aborted_the_last_transaction(
+def test_noida_no_half_commit_after_a_reinit_aborted_the_last_transaction(
         noida_broker: RunningBroker, unique_name: Callable[[str], str]) -> None:
-    # Why ExactlyOnceProcessor no longer pre-registers output partitions: on noida-db, after a
-    # re-init aborted a transaction left open with records on partition 0, a transaction that
-    # registers partition 0 but writes nothing there fails with INVALID_TXN_STATE, though the
-    # partition that did get records may already be marked committed.
+    # On noida-db, after a re-init aborted a transaction left open with records on partition 0,
+    # a transaction that registers partition 0 but writes nothing there fails with
+    # INVALID_TXN_STATE, with partition 1 committed or left open for good. The producer used to
+    # register both declared partitions at begin (a FatalError, half committed); after a re-init
+    # it now registers a declared partition only with its first record.
     topic, txn = create_topic(noida_broker, unique_name("out"), 2), unique_name("txn")
     tps = [TopicPartition(topic, p) for p in (0, 1)]
     with KafkaProxy(noida_broker.host, noida_broker.port) as proxy:
@@ -150,18 +150,14 @@ def test_noida_half_commits_after_a_reinit_aborted_the_last_transaction(
                                    transactional_id=txn) as producer:
             producer.init_transactions(10)  # aborts "left-open"
             producer.begin_transaction(tps)
-            producer.send(topic, b"committed-anyway", partition=1)
-            with pytest.raises(FatalError, match="INVALID_TXN_STATE"):
-                producer.commit_transaction(10)
+            producer.send(topic, b"committed", partition=1)
+            producer.commit_transaction(10)
     finally:
         dead.close(1)
     markers = {p: [b.control_type for b in read_raw_batches(noida_broker.bootstrap_servers,
                                                             topic, p) if b.is_control]
                for p in (0, 1)}
-    # Partition 1 then holds a COMMIT marker (half committed), or none (left open for good,
-    # its last stable offset held back), as the broker's marker writes happened to go.
-    assert markers[0] == [ControlType.ABORT]
-    assert markers[1] in ([ControlType.COMMIT], [])
+    assert markers == {0: [ControlType.ABORT], 1: [ControlType.COMMIT]}
 
 
 @pytest.mark.proxy

@@ -31,7 +31,7 @@ from eosclient import (
     TransactionalProducer,
 )
 from eosclient.aio import AsyncExactlyOnceProcessor
-from eosclient.errors import AbortableError, ApiKey, FatalError
+from eosclient.errors import AbortableError, ApiKey
 from eosclient.testing import topics
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.checker import check
@@ -178,15 +178,13 @@ def test_a_transaction_that_always_fails_gives_up_after_max_consecutive_aborts(
     assert check(noida_broker.bootstrap_servers, source, sink).totals.lost == 20
 
 
-@pytest.mark.parametrize("preregister", [False, pytest.param(True, marks=pytest.mark.xfail(
-    reason="noida-db 0.2.3 refuses (INVALID_TXN_STATE) the EndTxn of a transaction that "
-    "registered a partition holding aborted records of its transactional.id and wrote nothing "
-    "there; Kafka writes the marker", raises=FatalError, strict=True))])
+@pytest.mark.parametrize("preregister", [False, True])
 def test_transactions_after_an_abort_that_leave_its_partition_empty_commit(
         front: Front, noida_broker: RunningBroker, unique_name: Names, preregister: bool) -> None:
     """One input record per transaction, each output to partition (input offset % 3): after
     the 2nd transaction is aborted (its records written), later ones leave its partition
-    empty. With every output partition registered at begin, noida-db turns that into FATAL."""
+    empty. With every output partition registered at begin, noida-db used to turn that into
+    FATAL (a half commit); the producer now registers that partition only with a record."""
     source, sink = fill(noida_broker, unique_name, 30)
     with KafkaProxy(noida_broker.host, noida_broker.port) as proxy:
         proxy.add_rule(Rule(api_key=ApiKey.TXN_OFFSET_COMMIT, nth=2,

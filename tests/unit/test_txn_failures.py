@@ -121,9 +121,9 @@ def test_the_core_as_drain_gate_keeps_a_failed_transaction_out_of_the_next() -> 
     core.abort(0.0, 30.0)
     driver.events.clear()  # FailUnsent(failed) is deliberately not applied
     driver.run(END)
-    core.begin(1.0, partitions=[TP0])
-    driver.run(ADD_PARTS)
+    core.begin(1.0, partitions=[TP0])  # TP0 may hold aborted records: registered on send
     acc.append(TP0, None, b"next", timestamp_ms=0, now=1.0, generation=core.send(TP0))
+    driver.run(ADD_PARTS)
     assert acc.drain(core, 1.0, flush=True) == {}  # the failed batch blocks; it never goes
     acc.fail_generation(failed, AbortableError("aborted"))
     (ready,) = acc.drain(core, 1.0, flush=True).values()

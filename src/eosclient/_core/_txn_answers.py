@@ -43,6 +43,7 @@ from eosclient._core._txn_table import Input, State, StateMachine
 from eosclient._core._txn_values import (
     MAY_LAND_LATE,
     REGISTRATION,
+    AbortHistory,
     Destination,
     EarlyAbort,
     Ending,
@@ -75,6 +76,7 @@ from eosclient.errors import (
 __all__ = ["CLOSES_MEAN_FENCED", "TxnAnswers", "input_for"]
 
 _CONCURRENT_TRANSACTIONS = 51
+_INVALID_TXN_STATE = 48
 # InitProducerId codes that reject the KIP-360 bump form (see _error_table's notes): Tansu answers
 # UNKNOWN_SERVER_ERROR (-1), old brokers UNSUPPORTED_VERSION (35) or UNKNOWN_PRODUCER_ID (59).
 _BUMP_FORM_REJECTED = frozenset({-1, 35, 59})
@@ -114,6 +116,9 @@ class TxnAnswers:
     _registered: set[TopicPartition]
     _adding: set[TopicPartition]
     _pending: set[TopicPartition]
+    _sent_to: set[TopicPartition]
+    _abort_history: AbortHistory
+    _aborted_on: set[TopicPartition]
     _groups: set[str]
     _ending: Ending | None
     _recovery: Recovery
@@ -310,6 +315,12 @@ class TxnAnswers:
                          f"{new.epoch} ({form.name.lower()} form)", now=now)
         if self._machine.state is State.ABORTABLE_ERROR:
             self._settle_early()  # the bump that ended the client's own abort
+        if new.producer_id != old.producer_id:  # (after READY noted the old id's abort)
+            # Epoch 0: no transaction of this producer id came before this client's; a higher
+            # epoch: an earlier instance held it, and aborted records who knows where (txn.py,
+            # Decisions: pre-registration). The same id bumped keeps what the client knew.
+            self._abort_history = AbortHistory.KNOWN if new.epoch == 0 else AbortHistory.UNKNOWN
+            self._aborted_on = set()
 
     def _on_add_partitions(self, job: Job, response: Any, now: float) -> None:
         codes = wire.partition_codes(response)
@@ -358,6 +369,16 @@ class TxnAnswers:
             self._end_confirmed(f"EndTxn({word}) succeeded", now)
             return
         error = error_for(ApiKey.END_TXN, code)
+        empty = self._registered - self._sent_to
+        if job.committed and code == _INVALID_TXN_STATE and empty:
+            # Pre-registration avoids this (txn.py, Decisions); should it come all the same, the
+            # error must not read as "nothing was committed": the application would redo it.
+            error.add_note(
+                "registered partitions got no record ("
+                + ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(empty)) + "): "
+                "noida-db answers so after committing some of the transaction's partitions and "
+                "leaving the others open, so its records may be partly committed; read what "
+                "was committed before redoing the work")
         if isinstance(error, EpochBumpRequiredError) and not job.committed:
             # KIP-360: the coordinator lost this producer id, so there is nothing to end: bump.
             self._recovery = Recovery.BUMP_EPOCH

@@ -26,6 +26,7 @@ from eosclient._core._txn_table import (
 from eosclient._core._txn_values import (
     REGISTRATION,
     WAIT_OF,
+    AbortHistory,
     Completion,
     Destination,
     EarlyAbort,
@@ -94,6 +95,8 @@ class TxnEngine(TxnAnswers):
         self.identity: ProducerIdentity = NO_IDENTITY
         self.generation = 0
         self.counts = TxnCounts()
+        self._abort_history = AbortHistory.UNKNOWN  # until InitProducerId answers
+        self._aborted_on: set[TopicPartition] = set()  # may hold aborted records of this id
         self._error: EosError | None = None
         self._waiters: list[Completion] = []
         self._timed_out: set[Input] = set()
@@ -107,6 +110,7 @@ class TxnEngine(TxnAnswers):
         self._registered: set[TopicPartition] = set()
         self._adding: set[TopicPartition] = set()  # in an AddPartitionsToTxn not yet answered
         self._pending: set[TopicPartition] = set()  # lazily added, not yet asked for
+        self._sent_to: set[TopicPartition] = set()  # send() queued records for these
         self._groups: set[str] = set()  # groups whose AddOffsetsToTxn succeeded
         self._ending: Ending | None = None
         self._recovery = Recovery.ABORT
@@ -114,6 +118,14 @@ class TxnEngine(TxnAnswers):
         self._quiet_until = 0.0
         self._txn_deadline: float | None = None  # armed by the first registration
         self._early = EarlyAbort.NONE
+
+    def _preregistrable(self, declared: frozenset[TopicPartition]) -> frozenset[TopicPartition]:
+        """The declared partitions to register at ``begin``, before their first record: those
+        the client knows this producer id never aborted records on (``txn.py``, Decisions:
+        pre-registration). The others are registered with their first record."""
+        if self._abort_history is not AbortHistory.KNOWN:
+            return frozenset()
+        return declared - self._aborted_on
 
     def _current(self, identity: ProducerIdentity, generation: int) -> bool:
         """Whether a batch of ``identity`` and ``generation`` still matters."""
@@ -265,6 +277,8 @@ class TxnEngine(TxnAnswers):
             self._unclaimed = call  # the caller gave up waiting; the same call gets the success
         self._timed_out.discard(call)
         self._error = None
+        if before is State.ABORTING:
+            self._aborted_on |= self._sent_to  # its records may be in the log, aborted
         self._reset_transaction()
 
     def _enter_initializing(self, before: State, now: float) -> None:
@@ -275,6 +289,7 @@ class TxnEngine(TxnAnswers):
             self._conv.cancel_all()
             self._resolve({Input.CALL_COMMIT, Input.CALL_ABORT, Input.CALL_SEND_OFFSETS}, error)
             self._conv.outbox.append(FailUnsent(self.generation, error))
+            self._aborted_on |= self._sent_to  # the coordinator may abort it
             self._reset_transaction()
             successor_of = self.identity  # the same instance: bump it, never take the id back
         self._conv.add(Job(Step.INIT, self._txn_destination(), key=self.transactional_id or "",

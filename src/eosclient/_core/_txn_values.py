@@ -19,6 +19,7 @@ __all__ = [
     "MAY_LAND_LATE",
     "REGISTRATION",
     "WAIT_OF",
+    "AbortHistory",
     "Completion",
     "Destination",
     "EarlyAbort",
@@ -109,6 +110,18 @@ class Stragglers(enum.Enum):
 
     NONE = "every coordinator request of the transaction was answered"
     POSSIBLE = "an answer was lost: the request may still land; bump the epoch after the end"
+
+
+class AbortHistory(enum.Enum):
+    """Whether the client knows every partition its producer id ever aborted records on.
+
+    Those are the partitions that noida-db refuses to commit registered and empty (``txn.py``,
+    Decisions: pre-registration), so only where this is KNOWN are declared partitions registered
+    before their first record.
+    """
+
+    KNOWN = "a new producer id (epoch 0 at init): every transaction it had was this client's"
+    UNKNOWN = "the producer id had an earlier holder (epoch > 0 at init): its aborts are unknown"
 
 
 class EarlyAbort(enum.Enum):

@@ -23,8 +23,10 @@ The KIPs followed:
   partitions and/or a group emits one AddPartitionsToTxn and one AddOffsetsToTxn at once, without
   waiting; a partition may be produced to once its registration succeeded
   (:meth:`~TransactionCore.partition_ready`). Undeclared partitions and groups fail locally.
-  Without a declaration partitions are registered lazily, all new ones of a drain in one request,
-  one request at a time (Java's behaviour). A group's coordinator is looked up as soon as the
+  Only the declared partitions where a registration left empty is safe go out at ``begin``
+  (Decisions, below); the others, and every partition without a declaration, are registered
+  lazily, with their first record: all new ones of a drain in one request, one request at a time
+  (Java's behaviour). A group's coordinator is looked up as soon as the
   group is named (at ``begin`` or ``send_offsets``), beside its AddOffsetsToTxn, so that
   TxnOffsetCommit follows that answer at once. So a pre-registered transaction takes three rounds
   of requests, the floor without KIP-890: registrations (and a lookup), Produce and
@@ -135,6 +137,33 @@ Decisions
   accepted with the same epoch, which proves the epoch current (noida-db answers a stale
   EndTxn with 47, so that path ends FENCED before any bump). A broker known to be strict (real
   Kafka) could get the probe behind an explicit setting; nothing here can test it.
+* **Pre-registration only where an empty partition is safe.** Kafka's coordinator writes its
+  marker on every registered partition, written to or not, and Tansu commits such a partition
+  too, so registering a declared partition at ``begin`` costs nothing there. noida-db 0.2.3
+  answers EndTxn(commit) with INVALID_TXN_STATE (48) when a registered partition got no record
+  and the producer id ever aborted records there (an EndTxn(abort), or an InitProducerId that
+  found the transaction open: a takeover; a later commit with records there does not clear it).
+  It answers only after walking the partitions in no fixed order: those before the empty one
+  have their COMMIT marker, the others none, their records open and the LSO held back; its
+  coordinator then forgets the partitions, so a repeated EndTxn(commit) answers NONE (and
+  DescribeTransactions says CompleteCommit) with nothing written, and a successor's
+  InitProducerId aborts nothing (``tests/integration/test_noida_quirks.py``, and the wire
+  measurements in ``docs/testing.md``). Neither "committed" nor "aborted" is then true, and
+  nothing the client can send makes it so, so it avoids the situation: a declared partition is
+  registered at ``begin`` only where the client knows an empty registration is safe, i.e. it
+  saw every transaction of its producer id (InitProducerId gave epoch 0: a new producer id,
+  never handed to anyone before; a KIP-360 bump of it keeps that) and none of those that were
+  not committed queued a record there (:class:`~eosclient._core._txn_values.AbortHistory`).
+  Every other declared partition is registered with its first record, so one that gets no
+  record is never in the transaction. After a takeover (epoch > 0) that is every one: the
+  earlier instances' aborts are unknown. Not taken: a record written to every empty registered
+  partition (filler in the application's data); answering the 48 with success, or with an
+  "outcome unknown" error (half the transaction may be open for ever: neither is the truth, and
+  a retry or DescribeTransactions cannot tell); asking the broker where the producer id aborted
+  (DescribeTransactions shows only the open transaction; noida-db's Fetch lists every abort a
+  partition ever had, but that is a second noida-db bug to depend on). The cost: where the
+  producer id had an earlier holder, a declared partition's registration no longer overlaps the
+  application's work before its first record (in Java it never does).
 * **Timeouts.** A blocking call returns a :class:`Completion`; when ``now`` passes its deadline
   it fails with :class:`~eosclient.errors.KafkaTimeoutError` while the work goes on (as in Java).
   If the work then succeeds, the same call made again returns that success at once.
@@ -339,8 +368,10 @@ class TransactionCore(TxnEngine):
 
         Args:
             now: The current time.
-            partitions: Pre-register these (one AddPartitionsToTxn, sent at once); ``send`` to
-                any other partition then raises UnknownPartitionError.
+            partitions: The partitions the transaction may write; ``send`` to any other
+                partition raises UnknownPartitionError. Those where an empty registration is
+                safe are registered at once (one AddPartitionsToTxn), the others with their
+                first record (module docstring, Decisions: pre-registration).
             group_id: Pre-register this group (AddOffsetsToTxn, sent at once);
                 ``send_offsets`` for another group then raises InvalidGroupIdError.
 
@@ -360,16 +391,16 @@ class TransactionCore(TxnEngine):
         self.generation += 1
         self._reset_transaction()
         self._declared, self._declared_group = declared, group_id
-        if declared:
-            self._add_partitions_job(declared, now)
+        if declared and (early := self._preregistrable(declared)):
+            self._add_partitions_job(early, now)
         if group_id is not None:
             self._register_group(group_id, now)
 
     def send(self, tp: TopicPartition) -> int:
         """CALL_SEND: check that a record may be queued for ``tp``; return its generation.
 
-        Without declared partitions an unregistered ``tp`` is registered lazily: the next
-        :meth:`poll` asks for every such partition in one AddPartitionsToTxn.
+        An unregistered ``tp`` (declared or not) is registered lazily: the next :meth:`poll`
+        asks for every such partition in one AddPartitionsToTxn.
 
         Raises:
             UnknownPartitionError: ``tp`` was not declared at ``begin``; nothing changed.
@@ -378,16 +409,18 @@ class TransactionCore(TxnEngine):
         """
         if self._machine.state is State.IN_TRANSACTION and (
                 tp in self._registered or tp in self._adding or tp in self._pending):
+            self._sent_to.add(tp)
             return self.generation  # the hot path: registered, or on its way (checked then)
         self._check(Input.CALL_SEND)
-        if self._declared is not None:
-            if tp not in self._declared:
-                raise UnknownPartitionError(
-                    f"send() to {tp.topic}[{tp.partition}], which begin_transaction(partitions="
-                    "...) did not declare; nothing was queued"
-                )
-        elif self.transactional and tp not in self._registered and tp not in self._adding:
-            self._pending.add(tp)
+        if self._declared is not None and tp not in self._declared:
+            raise UnknownPartitionError(
+                f"send() to {tp.topic}[{tp.partition}], which begin_transaction(partitions="
+                "...) did not declare; nothing was queued"
+            )
+        if self.transactional:
+            self._sent_to.add(tp)
+            if tp not in self._registered and tp not in self._adding:
+                self._pending.add(tp)
         return self.generation
 
     def declared_partitions(self, topic: str) -> tuple[TopicPartition, ...] | None:

@@ -54,7 +54,8 @@ _PRODUCER_CONFIG: Final = {"request.timeout.ms": 1000, "retry.backoff.ms": 20}
 
 #: Instance failures that are the broker's fault, by broker kind: (what the failure says, why).
 #: They label a failed run (``broker_faults``); they excuse nothing, since the client is meant
-#: to stay clear of them (ExactlyOnceProcessor no longer pre-registers output partitions).
+#: to stay clear of them (the producer registers a declared partition at begin only where an
+#: empty one is safe, and ExactlyOnceProcessor does not pre-register output partitions).
 KNOWN_BROKER_FAULTS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
     "noida": ((
         "EndTxn: INVALID_TXN_STATE (48)",
@@ -62,9 +63,9 @@ KNOWN_BROKER_FAULTS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
         "by an InitProducerId that found it open), a later transaction of that producer id "
         "that registers the partition (KIP-609) but writes nothing there gets "
         "INVALID_TXN_STATE from EndTxn(commit), after the partitions that got records were "
-        "marked committed: half committed (duplicates); a supervisor's restarts fail the "
-        "same way (test_noida_half_commits_after_a_reinit_aborted_the_last_"
-        "transaction)."),),
+        "marked committed: half committed (duplicates), or the others left open for good; "
+        "the producer no longer registers such a partition before its first record "
+        "(test_noida_no_half_commit_after_a_reinit_aborted_the_last_transaction)."),),
 }
 
 
