@@ -40,9 +40,10 @@ import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, NamedTuple, Self
 
-__all__ = ["LibrdkafkaNotFound", "MockCluster", "MockClusterError", "find_librdkafka"]
+__all__ = ["LibrdkafkaNotFound", "MockCluster", "MockClusterError", "MockRequest",
+           "find_librdkafka"]
 
 _INSTALL_HINT: Final = (
     'librdkafka\'s mock cluster needs confluent-kafka: pip install "eosclient[testing]" '
@@ -132,7 +133,41 @@ _SIGNATURES: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     # rd_kafka_resp_err_t rd_kafka_mock_coordinator_set(rd_kafka_mock_cluster_t *mcluster,
     #     const char *key_type, const char *key, int32_t broker_id)
     "rd_kafka_mock_coordinator_set": (_INT, (_PTR, _STR, _STR, _I32)),
+    # rd_kafka_resp_err_t rd_kafka_mock_partition_delete_records(
+    #     rd_kafka_mock_cluster_t *mcluster, const char *topic, int32_t partition,
+    #     int64_t before_offset)
+    "rd_kafka_mock_partition_delete_records": (_INT, (_PTR, _STR, _I32, ctypes.c_int64)),
+    # void rd_kafka_mock_start_request_tracking(rd_kafka_mock_cluster_t *mcluster)
+    "rd_kafka_mock_start_request_tracking": (None, (_PTR,)),
+    # void rd_kafka_mock_stop_request_tracking(rd_kafka_mock_cluster_t *mcluster)
+    "rd_kafka_mock_stop_request_tracking": (None, (_PTR,)),
+    # rd_kafka_mock_request_t **rd_kafka_mock_get_requests(rd_kafka_mock_cluster_t *mcluster,
+    #                                                      size_t *cntp)
+    "rd_kafka_mock_get_requests": (ctypes.POINTER(_PTR), (_PTR, ctypes.POINTER(_SIZE))),
+    # int32_t rd_kafka_mock_request_id(rd_kafka_mock_request_t *mreq)  /* the broker id */
+    "rd_kafka_mock_request_id": (_I32, (_PTR,)),
+    # int16_t rd_kafka_mock_request_api_key(rd_kafka_mock_request_t *mreq)
+    "rd_kafka_mock_request_api_key": (_I16, (_PTR,)),
+    # rd_ts_t rd_kafka_mock_request_timestamp(rd_kafka_mock_request_t *mreq)  /* int64 us */
+    "rd_kafka_mock_request_timestamp": (ctypes.c_int64, (_PTR,)),
+    # void rd_kafka_mock_request_destroy_array(rd_kafka_mock_request_t **mreqs, size_t cnt)
+    "rd_kafka_mock_request_destroy_array": (None, (ctypes.POINTER(_PTR), _SIZE)),
 }
+
+
+class MockRequest(NamedTuple):
+    """One request a mock broker received (request tracking).
+
+    Attributes:
+        broker_id: The broker it was sent to.
+        api_key: Its Kafka API key.
+        at: When the broker read it, in ``time.monotonic()`` seconds (librdkafka stamps it
+            with CLOCK_MONOTONIC, Python's monotonic clock on Linux).
+    """
+
+    broker_id: int
+    api_key: int
+    at: float
 
 
 class LibrdkafkaNotFound(ImportError):
@@ -539,6 +574,62 @@ class MockCluster:
         code = self._live_lib().rd_kafka_mock_coordinator_set(
             self._cluster, kind.encode(), key.encode(), broker_id)
         self._raise_for("rd_kafka_mock_coordinator_set", code)
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> None:
+        """Delete a partition's record batches that end before ``before_offset``, and make
+        ``before_offset`` its log start offset (as Kafka's DeleteRecords does).
+
+        The mock finds the batch a Fetch asks for by walking the partition's log from its
+        start, so a reader of a long log that deletes what it has read keeps each Fetch short
+        (:func:`eosclient.testing.marker_log.read_logs`).
+
+        Raises:
+            MockClusterError: Unknown topic or partition (UNKNOWN_TOPIC_OR_PART, 3), or
+                ``before_offset`` past the log's end (OFFSET_OUT_OF_RANGE, 1).
+            ValueError: A partition or offset below 0, or the cluster is closed.
+        """
+        _check_range("partition", partition, 0)
+        _check_range("before_offset", before_offset, 0, 2**63 - 1)
+        code = self._live_lib().rd_kafka_mock_partition_delete_records(
+            self._cluster, topic.encode(), partition, before_offset)
+        self._raise_for("rd_kafka_mock_partition_delete_records", code)
+
+    def start_request_tracking(self) -> None:
+        """Record every request any broker reads from now on (forgetting any recorded
+        before); :meth:`requests` returns them. Only the API and the broker are kept, not
+        the request's content nor the answer.
+
+        Raises:
+            ValueError: The cluster is closed.
+        """
+        self._live_lib().rd_kafka_mock_start_request_tracking(self._cluster)
+
+    def stop_request_tracking(self) -> None:
+        """Stop recording requests, and forget those recorded.
+
+        Raises:
+            ValueError: The cluster is closed.
+        """
+        self._live_lib().rd_kafka_mock_stop_request_tracking(self._cluster)
+
+    def requests(self) -> list[MockRequest]:
+        """The requests recorded since :meth:`start_request_tracking`, in the order read.
+
+        Raises:
+            ValueError: The cluster is closed.
+        """
+        lib = self._live_lib()
+        count = ctypes.c_size_t(0)
+        array = lib.rd_kafka_mock_get_requests(self._cluster, ctypes.byref(count))
+        if not array:
+            return []
+        try:
+            return [MockRequest(lib.rd_kafka_mock_request_id(array[i]),
+                                lib.rd_kafka_mock_request_api_key(array[i]),
+                                lib.rd_kafka_mock_request_timestamp(array[i]) / 1e6)
+                    for i in range(count.value)]
+        finally:
+            lib.rd_kafka_mock_request_destroy_array(array, count.value)
 
     def _live_lib(self) -> ctypes.CDLL:
         if self.closed:
