@@ -189,3 +189,4 @@ def test_reading_from_leaders_that_move_and_brokers_that_bounce_gives_the_commit
     for tp in PARTITIONS:
         offsets = [r.offset for r in records if r.partition == tp.partition]
         assert offsets == sorted(set(offsets))
+

@@ -160,3 +160,23 @@ def test_every_broker_down_for_a_while_then_back_mid_transaction(
     committed = [v for p in range(3)
                  for v in decided(read_log(address(cluster, p + 1), TOPIC, p))[0]]
     assert sorted(committed) == [b"before", b"during-0", b"during-1", b"during-2"]
+
+
+def test_batches_for_a_leader_that_stays_down_follow_the_new_leader(
+        cluster: MockCluster, make_producer: Callable[..., TransactionalProducer]) -> None:
+    # A failed connection to a leader must refresh the metadata: its batches then go to the
+    # new leader, with the sequence numbers they had, without the old one ever coming back.
+    producer = make_producer(cluster.bootstrap_servers, **{"linger.ms": 0})
+    producer.init_transactions(TIMEOUT)
+    producer.begin_transaction()
+    producer.send(TOPIC, b"first", partition=1).result(TIMEOUT)
+    cluster.push_broker_request_errors(2, ApiKey.PRODUCE, [(0, 1_000)])  # held in flight
+    held = producer.send(TOPIC, b"second", partition=1)
+    time.sleep(0.3)
+    cluster.set_broker_down(2)
+    cluster.set_partition_leader(TOPIC, 1, 3)
+    started = time.monotonic()
+    producer.commit_transaction(TIMEOUT)
+    assert time.monotonic() - started < 10
+    assert held.exception(0) is None
+    assert decided(read_log(address(cluster, 3), TOPIC, 1)) == ([b"first", b"second"], [])
