@@ -47,11 +47,15 @@ leave the group when it closes, so after a clean stop its partitions wait
 ``session.timeout.ms`` for it before the group hands them to the other instances.
 
 Output partitions are added to a transaction as records go to them (as Java does), not
-pre-registered, unless ``preregister_partitions=True``: noida-db fails the EndTxn(commit) of a
-transaction that registered a partition whose last marker is an ABORT of this producer and wrote
-nothing there, after marking the other partitions committed (a half-committed transaction,
-hence duplicates); every abort can leave such a partition behind. Pre-registration saves a
-round trip per transaction on brokers that get this right, when the transform is slow.
+pre-registered, unless ``preregister_partitions=True``. Then every output partition is declared
+at ``begin_transaction``, and the producer registers at once those where an empty registration
+is safe: noida-db fails the EndTxn(commit) of a transaction that registered a partition where
+this producer id ever aborted records and wrote nothing there, after marking some other
+partitions committed (a half-committed transaction), so only while the producer id is new
+(not after a restart of the transactional.id) and not where this instance aborted records;
+the others are registered with their first record. Pre-registration saves a round trip per
+transaction when the transform is slow; every partition it registers gets a marker at commit
+on Kafka, written to or not.
 
 A rebalance that revokes partitions commits the open transaction first (in ``on_revoke``); if
 that commit fails, it is aborted and every partition still assigned is rewound before the next
@@ -133,13 +137,13 @@ class ExactlyOnceProcessor:
             per poll.
         max_records_per_transaction: Commit when a transaction holds this many input records.
         commit_interval_ms: Commit a transaction at the latest this long after it began.
-        preregister_partitions: Register every output partition at ``begin_transaction``
+        preregister_partitions: Declare every output partition at ``begin_transaction``
             (KIP-609 style), so that the AddPartitionsToTxn round trip overlaps the transform
-            instead of delaying the first Produce. Off by default: a transaction then leaves
-            most registered partitions empty, which Apache Kafka accepts (it writes a marker
-            there anyway) but noida-db 0.2.3 answers with INVALID_TXN_STATE (fatal) once such
-            a partition holds aborted records of this transactional.id, after committing the
-            other partitions (module docstring). The consumer group is always pre-registered.
+            instead of delaying the first Produce, where an empty registration is safe (a
+            new producer id, not where its aborts left records; the others are registered
+            with their first record: module docstring). Off by default: a transaction then
+            leaves most registered partitions empty, and Kafka writes a marker on each. The
+            consumer group is always pre-registered.
         max_consecutive_aborts: ``run()`` raises the last error once this many transactions in
             a row were aborted (None: retry for ever). Between them it waits, from 0 after the
             first abort up to 2 s.
