@@ -181,6 +181,7 @@ class ReadCommittedConsumer:
         self._on_revoke: RebalanceCallback | None = None
         self._on_lost: RebalanceCallback | None = None
         self._assigned_at = 0  # the metadata version when assign() was called
+        self._found_at = -1  # the metadata version that had every assigned partition
         self._pattern: re.Pattern[str] | None = None  # subscribe(pattern)
         self._matched_at = -1  # the metadata version the pattern was last matched against
         self._closed = False
@@ -210,6 +211,7 @@ class ReadCommittedConsumer:
             self._assignment.replace(tps, committed=self._group is not None)
             self._metadata.want({tp.topic for tp in tps})
             self._assigned_at = self._metadata.version
+            self._found_at = -1
             self._loop.wake()
 
     @serialized
@@ -852,11 +854,15 @@ class ReadCommittedConsumer:
 
     def _check_topics(self) -> None:
         """Raise if the metadata, answered since assign(), says an assigned partition is not
-        there (Java waits forever; a typo deserves an error)."""
-        if self._mode is _Mode.ASSIGN and self._metadata.version > self._assigned_at:
+        there (Java waits forever; a typo deserves an error). Asked once per metadata answer,
+        not per poll: it reads every assigned partition."""
+        version = self._metadata.version
+        if (self._mode is _Mode.ASSIGN and version > self._assigned_at
+                and version != self._found_at):
             error = missing(self._assignment.states, self._metadata)
             if error is not None:
                 raise error
+            self._found_at = version
 
     def _match_pattern(self) -> None:
         """Subscribe to the topics the pattern matches in the newest all-topics metadata;
