@@ -230,6 +230,7 @@ def test_eosclient_under_a_short_schedule() -> None:
     played = [e for e in result.events if not e.endswith((" up", "(the run ended)"))]
     assert len(played) == len(result.schedule.faults), "every fault was played"
     assert result.committed > 100
+    assert result.requests_by_api["EndTxn"] >= result.committed  # the mock's request tracking
 
 
 @pytest.mark.mock

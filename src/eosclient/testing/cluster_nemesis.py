@@ -33,13 +33,11 @@ asks of an application: a retriable error (a timed-out commit included) calls th
 again, an abortable one aborts and goes on with the next transaction, a fatal one closes the
 producer and makes a new one. It writes down what it was told about each transaction:
 
-========== ===========================================================================
-committed  ``commit_transaction()`` returned
-aborted    ``abort_transaction()`` returned (after a send or the commit failed)
-failed     it failed before it was committed and the abort did not complete either
-unknown    the commit was called and did not return for good: it gave up after
-           ``give_up`` seconds of retrying, or the client raised a fatal error
-========== ===========================================================================
+* ``committed``: ``commit_transaction()`` returned;
+* ``aborted``: ``abort_transaction()`` returned (after a send or the commit failed);
+* ``failed``: it failed before it was committed, and the abort did not complete either;
+* ``unknown``: the commit was called and did not return for good: the loop gave up after
+  ``give_up`` seconds of retrying, or the client raised a fatal error.
 
 Then the brokers come up, the producer is closed, every leader moves to broker 1 (one Fetch then
 reads all six partitions) and every partition is read raw from its start
@@ -599,8 +597,10 @@ class ClusterNemesisResult:
     seconds: float = 0.0  # the whole run: cluster, init, loop, close, read
     events: list[str] = field(default_factory=list)  # the steps as played
     log_lines: list[str] = field(default_factory=list)  # DEBUG lines, schedule clock
-    # The requests the mock's brokers read during windows() (a little either side).
+    # The requests the mock's brokers read during windows() (a little either side), and how
+    # many of each API they read in the whole run.
     request_lines: list[str] = field(default_factory=list)
+    requests_by_api: dict[str, int] = field(default_factory=dict)
     counts: Counts | None = None
     error: str = ""  # the run itself failed (could not init, could not read)
     give_up: float = GIVE_UP
@@ -687,6 +687,9 @@ class ClusterNemesisResult:
         if self.counts is not None and self.counts.examples:
             lines += ["examples:", *(f"  {e}" for e in self.counts.examples)]
         lines += [str(self.schedule), "as played:", *(f"  {e}" for e in self.events)]
+        if self.requests_by_api:
+            lines.append("requests the brokers read: " + ", ".join(
+                f"{api} {n}" for api, n in self.requests_by_api.items()))
         window = self.stall()
         if window is not None:
             lines += self.evidence(window, max_log_lines)
@@ -918,7 +921,7 @@ def run_cluster_nemesis(client: str, *, seed: int = 1, duration: float = 30.0,
                     result.error = result.error or f"the nemesis failed: {nemesis.error!r}"
             if loop is not None:
                 loop.client.close(_CLOSE_TIMEOUT)
-                result.request_lines = _requests_in(cluster, result, loop.clock)
+                _take_requests(cluster, result, loop.clock)
         try:
             for partition in range(PARTITIONS):  # one Fetch reads all six (see marker_log)
                 cluster.set_partition_leader(TOPIC, partition, 1)
@@ -967,19 +970,22 @@ def _api_name(key: int) -> str:
         return f"API {key}"
 
 
-def _requests_in(cluster: MockCluster, result: ClusterNemesisResult, clock: float) -> list[str]:
-    """The requests the brokers read during ``result``'s windows (and just around them),
-    as lines on the schedule's clock."""
+def _take_requests(cluster: MockCluster, result: ClusterNemesisResult, clock: float) -> None:
+    """Count the requests the brokers read during the loop, by API, and keep those read during
+    ``result``'s windows (and just around them) as lines on the schedule's clock."""
     windows = [(low - _REQUESTS_AROUND, high + _REQUESTS_AROUND)
                for low, high in result.windows()]
+    counts: Counter[int] = Counter()
     lines = []
     for request in cluster.requests():
+        counts[request.api_key] += 1
         t = request.at - clock
         if any(low <= t <= high for low, high in windows):
             lines.append(f"t={t:.3f}s mock broker {request.broker_id} read "
                          f"{_api_name(request.api_key)}")
     cluster.stop_request_tracking()
-    return lines[-_MAX_REQUEST_LINES:]
+    result.request_lines = lines[-_MAX_REQUEST_LINES:]
+    result.requests_by_api = {_api_name(key): n for key, n in sorted(counts.items())}
 
 
 # -- the table and the command line ----------------------------------------------------------------
