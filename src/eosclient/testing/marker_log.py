@@ -146,7 +146,8 @@ def read_log(bootstrap_servers: Address, topic: str, partition: int, *,
         The batches in offset order, control batches included.
 
     Raises:
-        As :func:`read_logs`.
+        KafkaTimeoutError: the read took longer than ``timeout``.
+        EosError: the broker answered Metadata or Fetch with an error.
     """
     return read_logs(bootstrap_servers, topic, [partition], timeout=timeout)[partition].batches
 
