@@ -64,8 +64,10 @@ The exception tree
     ├── RetriableError                  transient; already retried within the timeout -> call again
     │   ├── KafkaTimeoutError           a deadline passed (also a builtin TimeoutError)
     │   └── KafkaConnectionError        a connection was refused or cut; outcome unknown
-    │       └── AllBrokersDownError     no broker can be reached (a wrong address, a cluster
-    │                                   down); the client keeps trying -> call again, or fix
+    │       ├── AllBrokersDownError     no broker can be reached (a wrong address, a cluster
+    │       │                           down); the client keeps trying -> call again, or fix
+    │       └── RequestNotSentError     the connection failed before the request was written:
+    │                                   its outcome is known (nothing happened)
     ├── AbortableError                  the transaction is lost, the producer is fine -> abort, redo
     │   ├── EpochBumpRequiredError      KIP-360: the sequence broke; the abort bumps the epoch
     │   └── CommitFailedError           a rebalance gave partitions away before their commit
@@ -127,6 +129,7 @@ __all__ = [
     "ProtocolError",
     "RecordTooLargeError",
     "RecordTypeError",
+    "RequestNotSentError",
     "ResponseTooLargeError",
     "RetriableError",
     "SaslAuthenticationError",
@@ -210,6 +213,11 @@ class AllBrokersDownError(KafkaConnectionError):
     ``error_cb`` (and logs a WARNING) while it waits out the outage. The client keeps trying
     to connect either way; calling again resumes waiting.
     """
+
+
+class RequestNotSentError(KafkaConnectionError):
+    """The connection failed before the request was written: the broker never saw it, so,
+    unlike a cut with the request in flight, its outcome is known (nothing happened)."""
 
 
 class AbortableError(EosError):

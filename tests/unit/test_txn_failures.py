@@ -26,6 +26,7 @@ from eosclient.errors import (
     IllegalStateError,
     KafkaConnectionError,
     KafkaTimeoutError,
+    RequestNotSentError,
     error_for,
 )
 
@@ -218,6 +219,41 @@ def test_unknown_end_txn_is_resumed_by_a_second_commit() -> None:
     assert (bump.request.producer_id, bump.request.producer_epoch) == (4000, 0)
     driver.respond(bump)
     assert second.done and second.error is None and core.state is State.READY
+
+
+def test_an_end_txn_that_never_left_the_client_leaves_no_outcome_unknown() -> None:
+    # A connect refused before the EndTxn was written was taken as an answer lost: the
+    # outcome became unknown and an epoch bump was sent before the next transaction.
+    driver = Driver().in_txn(TP0)
+    core = driver.core
+    done = core.commit(0.0, 30.0)
+    (end,) = driver.expect(END)
+    core.on_request_failed(end.request, 0.1, RequestNotSentError(
+        "node 1: every address failed (before the request was sent)"))
+    assert core.state is State.COMMITTING and core.ending is not None
+    assert core.ending.outcome is not EndOutcome.UNKNOWN
+    driver.now = 1.0
+    driver.run(FIND)  # its connection failed: the coordinator may have moved
+    driver.run(END)
+    assert done.done and done.error is None and core.state is State.READY
+    assert driver.poll() == []  # no bump owed
+
+
+def test_concurrent_transactions_after_other_failures_is_retried_quickly() -> None:
+    # The quick backoff doubled over every earlier failure of the job: a 51 after a few
+    # refused connects (a coordinator move) waited 0.64 s instead of ~20 ms.
+    driver = Driver().in_txn()
+    core = driver.core
+    core.add_partitions([TP1])
+    for _ in range(5):
+        (add,) = driver.expect(ADD_PARTS)
+        core.on_request_failed(add.request, driver.now, RequestNotSentError("refused"))
+        driver.run(FIND)
+        driver.now += 2.0
+    (add,) = driver.expect(ADD_PARTS)
+    driver.respond(add, 51)
+    (again,) = driver.expect(ADD_PARTS)
+    assert again.not_before - driver.now == pytest.approx(0.02)
 
 
 def test_unknown_end_txn_retried_after_backoff_is_sent_at_once_on_resume() -> None:

@@ -67,6 +67,7 @@ from eosclient.errors import (
     FencedError,
     KafkaConnectionError,
     ProtocolError,
+    RequestNotSentError,
     RetriableError,
     error_for,
     error_for_codes,
@@ -391,6 +392,11 @@ class TxnAnswers:
 
     def _on_lost(self, job: Job, now: float, error: EosError | None) -> None:
         """A request of ``job`` will never be answered; the broker may still act on it."""
+        if isinstance(error, RequestNotSentError):
+            # It never left the client (its connection failed first): nothing of it can land
+            # late, so no outcome became unknown and no epoch bump is owed for it.
+            self._conv.retry(job, now, rediscover=True, error=error)
+            return
         if job.step in MAY_LAND_LATE and self.transactional_id is not None:
             self._stragglers = Stragglers.POSSIBLE  # bump before the next transaction
         if job.step is Step.END_TXN:

@@ -179,6 +179,7 @@ class Conversation:
         *,
         quick: bool = False,
         lost: bool = False,
+        rediscover: bool = False,
         error: EosError | None = None,
     ) -> None:
         """Send ``job`` again after a backoff.
@@ -189,16 +190,22 @@ class Conversation:
             quick: Start the backoff at :data:`QUICK_RETRY` (CONCURRENT_TRANSACTIONS).
             lost: The request's answer was lost: the broker may have acted, and the
                 coordinator is looked up again.
+            rediscover: Look the coordinator up again (a request that never left the client
+                because its connection failed).
             error: The retriable error, kept as the cause of a later timeout.
         """
         job.attempts += 1
         self.retries += 1
-        base = QUICK_RETRY if quick else self._backoff
-        job.not_before = now + min(base * 2 ** (job.attempts - 1), self._backoff_max)
+        # The quick backoff doubles over CONCURRENT_TRANSACTIONS answers in a row only: one
+        # after a coordinator move (a few refused connects) still comes back in ~20 ms.
+        job.quick_attempts = job.quick_attempts + 1 if quick else 0
+        base, tries = (QUICK_RETRY, job.quick_attempts) if quick else (self._backoff,
+                                                                        job.attempts)
+        job.not_before = now + min(base * 2 ** (tries - 1), self._backoff_max)
         job.maybe_applied = job.maybe_applied or lost
         if error is not None:
             self.last_retriable = error
-        rediscover = lost or (error is not None and error.code in _REDISCOVER)
+        rediscover = rediscover or lost or (error is not None and error.code in _REDISCOVER)
         if rediscover and job.destination is not Destination.ANY_BROKER:
             self._coordinators.pop((job.destination, job.key), None)
 

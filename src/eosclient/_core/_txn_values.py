@@ -260,6 +260,7 @@ class Job:
     waiter: Completion | None = None
     not_before: float = 0.0
     attempts: int = 0
+    quick_attempts: int = 0  # CONCURRENT_TRANSACTIONS answers in a row (the quick backoff)
     request: Any = None  # in flight when set
     sent_as: ProducerIdentity = NO_IDENTITY
     sent_to: Node | None = None  # the coordinator the last request went to (None: any broker)

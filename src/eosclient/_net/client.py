@@ -84,6 +84,7 @@ from eosclient.errors import (
     EosError,
     KafkaConnectionError,
     ProtocolError,
+    RequestNotSentError,
     ResponseTooLargeError,
 )
 
@@ -208,7 +209,7 @@ class NetworkClient:
         target = self.least_loaded(now) if node_id is None else node_id
         conn = self._connection(target, now)
         if conn is None:
-            error = KafkaConnectionError(f"node {target}: address unknown", api=request.API_KEY)
+            error = RequestNotSentError(f"node {target}: address unknown", api=request.API_KEY)
             self._answers.append(Answer(request, None, error, target, on_done))
             return target
         conn.send(request, on_done, now, self._request_timeout if timeout is None else timeout)

@@ -92,6 +92,7 @@ from eosclient.errors import (
     KafkaConnectionError,
     KafkaTimeoutError,
     ProtocolError,
+    RequestNotSentError,
     ResponseTooLargeError,
     SaslAuthenticationError,
     SslAuthenticationError,
@@ -292,7 +293,7 @@ class NodeConnection:
         if self.phase is Phase.READY and not self._queued and now >= self.throttled_until:
             self._write_request(pending, now)
         elif self.phase is Phase.CLOSED:
-            self._answer(pending, None, KafkaConnectionError(
+            self._answer(pending, None, RequestNotSentError(
                 f"node {self.node_id}: connection closed", api=request.API_KEY))
         else:
             self._queued.append(pending)
@@ -693,7 +694,7 @@ def is_authentication_failure(error: BaseException | None) -> bool:
 
 def _never_sent(failure: EosError, api: int) -> EosError:
     """The error of a request the closed connection never wrote (its outcome is known: none)."""
-    error = KafkaConnectionError(f"{failure} (before the request was sent)", api=api)
+    error = RequestNotSentError(f"{failure} (before the request was sent)", api=api)
     error.__cause__ = failure  # not the socket's reason: the broker never saw this request
     return error
 
