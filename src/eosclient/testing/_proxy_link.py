@@ -1,6 +1,10 @@
 """One proxied connection: a client, its own upstream connection, and the ordered answers between.
 
-Internal to :mod:`eosclient.testing.proxy`; the proxy owns the links and the rules.
+Internal to :mod:`eosclient.testing.proxy` and :mod:`eosclient.testing.cluster_front`. A link
+belongs to an `Owner` (the proxy, or one node of a cluster front), which holds the rules and the
+latency, may answer a request itself instead of forwarding it (`Owner._route`: the cluster
+front's routing), and rewrites the answers of the APIs it names (`Owner._present`: the broker
+addresses of Metadata and FindCoordinator, for both).
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ from eosclient.testing._proxy_rules import (
     error_response,
     expects_response,
     known_api,
-    point_at,
     set_error_codes,
 )
 from eosclient.testing.security import SaslUsers
@@ -39,14 +42,15 @@ _HEADER: Final = struct.Struct(">hhi")
 _CORRELATION: Final = struct.Struct(">i")
 _READ_SIZE: Final = 65536
 _CLOSE_TIMEOUT: Final = 1.0
-_ADDRESSED: Final = frozenset({ApiKey.METADATA, ApiKey.FIND_COORDINATOR})
+_INT16: Final = struct.Struct(">h")
 _COARSE: Final = 0.0015  # a precise proxy's blocking part of a wait: a timer's lateness and more
 
 
-class _Owner(Protocol):
-    """What a link needs of the proxy that accepted it."""
+class Owner(Protocol):
+    """What a link needs of the proxy (or the cluster front's node) that accepted it."""
 
     _rules: RuleBook
+    _presents: frozenset[int]  # the APIs whose answers _present rewrites
 
     @property
     def host(self) -> str: ...
@@ -62,6 +66,10 @@ class _Owner(Protocol):
     def precise(self) -> bool: ...
     def _record(self, seen: SeenRequest) -> None: ...
     def _time(self, timing: Timing) -> None: ...
+    def _route(self, seen: SeenRequest, body: bytes) -> bytes | None:
+        """The owner's own answer (a whole frame) to a request it does not forward, or None."""
+    def _present(self, seen: SeenRequest, request: bytes, response: Any) -> None:
+        """Rewrite a decoded answer of an API in `_presents` (`request`: its request's body)."""
 
 
 class SeenRequest(NamedTuple):
@@ -134,7 +142,7 @@ async def close_writer(writer: asyncio.StreamWriter) -> None:
 class Link:
     """One client connection and its own upstream connection."""
 
-    def __init__(self, proxy: _Owner, client: _Pair, broker: _Pair, number: int = 0) -> None:
+    def __init__(self, proxy: Owner, client: _Pair, broker: _Pair, number: int = 0) -> None:
         self._proxy = proxy
         self._number = number
         self._loop = asyncio.get_running_loop()
@@ -215,17 +223,22 @@ class Link:
         self._proxy._record(seen)
         if self._login is not None and self._front(seen, body, now):
             return
+        answer: asyncio.Future[_Answer] = self._loop.create_future()
+        self._slots.put_nowait(answer)
+        optional = not expects_response(seen.api_key, seen.api_version, body)
+        timing = Timing(seen.api_key, seen.api_version, self._number, now)
+        self._proxy._time(timing)
+        own = self._proxy._route(seen, body)
+        if own is not None:  # a round trip to the owner, which the broker never hears of
+            payload = None if optional else own  # acks=0: Kafka would not answer either
+            answer.set_result(_Answer(now + 2 * self._proxy.latency, payload, timing=timing))
+            return
         rule = self._proxy._rules.match(seen.api_key, seen.api_version)
         action = rule.action if rule is not None else None
         if rule is not None:
             log.debug("link %s: %r fires on %r", self._name, rule, seen)
         held = action.seconds if isinstance(action, Delay) and action.direction == "request" else 0
-        answer: asyncio.Future[_Answer] = self._loop.create_future()
-        self._slots.put_nowait(answer)
-        optional = not expects_response(seen.api_key, seen.api_version, body)
         release_at = now + self._proxy.latency + held
-        timing = Timing(seen.api_key, seen.api_version, self._number, now)
-        self._proxy._time(timing)
         self._outbound.put_nowait(
             _Exchange(seen, body, action, release_at, answer, optional, timing))
 
@@ -326,9 +339,11 @@ class Link:
     def _rewrite(self, exchange: _Exchange, body: bytes) -> bytes:
         api_key, version, correlation_id = exchange.seen
         action = exchange.action
-        sasl_versions = api_key == ApiKey.API_VERSIONS and self._login is not None
-        if not isinstance(action, RewriteError) and api_key not in _ADDRESSED \
-                and not sasl_versions:
+        # An ApiVersions error comes in a v0 body whatever the version asked: nothing to add.
+        refused = api_key == ApiKey.API_VERSIONS and _INT16.unpack_from(body, 4)[0] != 0
+        presented = api_key in self._proxy._presents and not refused
+        sasl_versions = api_key == ApiKey.API_VERSIONS and self._login is not None and not refused
+        if not isinstance(action, RewriteError) and not presented and not sasl_versions:
             return frame(body)
         api = known_api(api_key)
         if api is None or version > api.response.max_version:
@@ -341,8 +356,8 @@ class Link:
             )
             return frame(body)
         response = decode_response(api, version, body)
-        if api_key in _ADDRESSED:
-            point_at(api_key, response, self._proxy.host, self._proxy.port)
+        if presented:
+            self._proxy._present(exchange.seen, exchange.body, response)
         if sasl_versions and response.error_code == 0:
             _offer_sasl(response)
         if isinstance(action, RewriteError):

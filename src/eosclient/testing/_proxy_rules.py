@@ -6,6 +6,10 @@ proxy's rules and picks, for each request, the one that fires. Everything else h
 single messages with kafka-python's generated classes: building an error response that mirrors a
 request, setting every error code of a response, pointing broker addresses at the proxy, and
 encoding a response behind its original correlation id. Nothing here does I/O.
+
+The codecs are eosclient's own (`eosclient._protocol.apis.APIS`) plus a few APIs eosclient does
+not send but a cluster front (:mod:`eosclient.testing.cluster_front`) must read or answer as a
+broker would: DeleteRecords, OffsetForLeaderEpoch, DescribeCluster, DescribeTopicPartitions.
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ import struct
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
-from eosclient._protocol.apis import Api, api_for
+from kafka.protocol import admin as _admin
+from kafka.protocol import consumer as _consumer
+
+from eosclient._protocol.apis import api_for
 from eosclient.errors import ApiKey
 
 __all__ = [
@@ -149,16 +156,17 @@ class Rule:
         if self.api_key is None:
             raise ValueError(f"{name} needs api_key: the proxy must know the response's schema")
         if isinstance(self.action, ErrorResponse) and self.api_key not in ERROR_RESPONSE_APIS:
-            known = ", ".join(ApiKey(k).label for k in sorted(ERROR_RESPONSE_APIS))
+            known = ", ".join(api_label(k) for k in sorted(ERROR_RESPONSE_APIS))
             raise ValueError(
-                f"ErrorResponse cannot answer API key {self.api_key}; it answers {known}"
+                f"ErrorResponse cannot answer {api_label(self.api_key)}; it answers {known}"
             )
         api = known_api(self.api_key)
         if api is None:
             raise ValueError(f"{name}: API key {self.api_key} has no kafka-python schema here")
         top = api.response.max_version
         if self.api_version is not None and not 0 <= self.api_version <= top:
-            raise ValueError(f"{name}: {api.key.label} v{self.api_version} is outside 0..{top}")
+            label = api_label(api.key)
+            raise ValueError(f"{name}: {label} v{self.api_version} is outside 0..{top}")
 
 
 class RuleBook:
@@ -204,13 +212,59 @@ class RuleBook:
 
 _INT16: Final = struct.Struct(">h")
 
+# API keys a cluster front reads or answers that eosclient itself does not send.
+DELETE_RECORDS: Final = 21
+OFFSET_FOR_LEADER_EPOCH: Final = 23
+DESCRIBE_CLUSTER: Final = 60
+DESCRIBE_TOPIC_PARTITIONS: Final = 75
 
-def known_api(api_key: int) -> Api | None:
-    """The kafka-python classes for `api_key`, or None if eosclient does not speak it."""
+
+class Codec(Protocol):
+    """kafka-python's request and response classes of one API (an `Api` row is one)."""
+
+    @property
+    def key(self) -> int: ...
+    @property
+    def request(self) -> Any: ...
+    @property
+    def response(self) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Codec:
+    key: int
+    request: Any
+    response: Any
+
+
+def _codec(module: Any, name: str) -> _Codec:
+    request = getattr(module, f"{name}Request")
+    return _Codec(request.API_KEY, request, getattr(module, f"{name}Response"))
+
+
+_OTHER_CODECS: Final = {
+    codec.key: codec
+    for codec in (
+        _codec(_admin, "DeleteRecords"),
+        _codec(_consumer, "OffsetForLeaderEpoch"),
+        _codec(_admin, "DescribeCluster"),
+        _codec(_admin, "DescribeTopicPartitions"),
+    )
+}
+
+
+def known_api(api_key: int) -> Codec | None:
+    """The kafka-python classes for `api_key`, or None if the proxy cannot read it."""
     try:
         return api_for(api_key)
     except (KeyError, ValueError):
-        return None
+        return _OTHER_CODECS.get(api_key)
+
+
+def api_label(api_key: int) -> str:
+    """The API's name as Kafka spells it (``EndTxn``), or its number if the proxy has no codec."""
+    codec = known_api(api_key)
+    return str(api_key) if codec is None else codec.request.__name__.removesuffix("Request")
 
 
 def expects_response(api_key: int, api_version: int, body: bytes) -> bool:
@@ -262,12 +316,12 @@ def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def decode_response(api: Api, version: int, body: bytes) -> Any:
+def decode_response(api: Codec, version: int, body: bytes) -> Any:
     """Decode a response frame body (header included) at the request's version."""
     return api.response.decode(body, version=version, header=True)
 
 
-def encode_response(api: Api, response: Any, version: int, correlation_id: int) -> bytes:
+def encode_response(api: Codec, response: Any, version: int, correlation_id: int) -> bytes:
     """Encode `response` as a whole frame (size, header, body) answering `correlation_id`.
 
     An ApiVersions error is sent with a v0 body, as brokers do, so a client that asked in a
@@ -317,7 +371,7 @@ def point_at(api_key: int, response: Any, host: str, port: int) -> None:
         entry.port = port
 
 
-def error_response(api: Api, version: int, request_body: bytes, code: int) -> Any:
+def error_response(api: Codec, version: int, request_body: bytes, code: int) -> Any:
     """Build `api`'s response at `version` with `code` in every error field.
 
     Per-partition (and per-coordinator, per-group) entries mirror the request, so the client
@@ -469,11 +523,120 @@ def _find_coordinator(response: Any, request: Any) -> dict[str, Any]:
     }
 
 
+def _fetch(response: Any, request: Any) -> dict[str, Any]:
+    # The top-level error_code (v7+) is about fetch sessions; a broker answers partitions'
+    # errors there (the cluster front sets it back to NONE).
+    topics = response.fields["responses"]
+    return {
+        "responses": [
+            _entry(
+                response,
+                "responses",
+                topic=t.topic,
+                topic_id=t.topic_id,
+                partitions=[
+                    _entry(
+                        topics,
+                        "partitions",
+                        partition_index=p.partition,
+                        high_watermark=-1,
+                        last_stable_offset=-1,
+                        log_start_offset=-1,
+                        preferred_read_replica=-1,
+                        records=b"",  # empty, not null: librdkafka reads null as an error
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ]
+    }
+
+
+def _list_offsets(response: Any, request: Any) -> dict[str, Any]:
+    topics = response.fields["topics"]
+    return {
+        "topics": [
+            _entry(
+                response,
+                "topics",
+                name=t.name,
+                partitions=[
+                    _entry(topics, "partitions", partition_index=p.partition_index,
+                           old_style_offsets=[], timestamp=-1, offset=-1, leader_epoch=-1)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ]
+    }
+
+
+def _offset_for_leader_epoch(response: Any, request: Any) -> dict[str, Any]:
+    topics = response.fields["topics"]
+    return {
+        "topics": [
+            _entry(
+                response,
+                "topics",
+                topic=t.topic,
+                partitions=[
+                    _entry(topics, "partitions", partition=p.partition, leader_epoch=-1,
+                           end_offset=-1)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ]
+    }
+
+
+def _delete_records(response: Any, request: Any) -> dict[str, Any]:
+    topics = response.fields["topics"]
+    return {
+        "topics": [
+            _entry(
+                response,
+                "topics",
+                name=t.name,
+                partitions=[
+                    _entry(topics, "partitions", partition_index=p.partition_index,
+                           low_watermark=-1)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ]
+    }
+
+
+def _leave_group(response: Any, request: Any) -> dict[str, Any]:
+    if request.version <= 2:
+        return {}
+    return {
+        "members": [
+            _entry(response, "members", member_id=m.member_id,
+                   group_instance_id=m.group_instance_id)
+            for m in request.members
+        ]
+    }
+
+
+def _describe_groups(response: Any, request: Any) -> dict[str, Any]:
+    return {
+        "groups": [
+            _entry(response, "groups", group_id=g, group_state="", protocol_type="",
+                   protocol_data="", members=[])
+            for g in request.groups
+        ]
+    }
+
+
 def _fixed(**values: Any) -> Callable[[Any, Any], dict[str, Any]]:
     return lambda response, request: dict(values)
 
 
-_ERROR_BODIES: Final[dict[ApiKey, Callable[[Any, Any], dict[str, Any]]]] = {
+_ERROR_BODIES: Final[dict[int, Callable[[Any, Any], dict[str, Any]]]] = {
     ApiKey.PRODUCE: _produce,
     ApiKey.INIT_PRODUCER_ID: _fixed(producer_id=-1, producer_epoch=-1),
     ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions,
@@ -486,6 +649,12 @@ _ERROR_BODIES: Final[dict[ApiKey, Callable[[Any, Any], dict[str, Any]]]] = {
     ApiKey.SYNC_GROUP: _fixed(assignment=b""),
     ApiKey.OFFSET_COMMIT: _offset_commit,
     ApiKey.OFFSET_FETCH: _offset_fetch,
+    ApiKey.FETCH: _fetch,
+    ApiKey.LIST_OFFSETS: _list_offsets,
+    OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
+    DELETE_RECORDS: _delete_records,
+    ApiKey.LEAVE_GROUP: _leave_group,
+    ApiKey.DESCRIBE_GROUPS: _describe_groups,
 }
 
 #: The APIs `ErrorResponse` can answer.

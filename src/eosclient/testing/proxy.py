@@ -41,6 +41,10 @@ answers SaslHandshake and SaslAuthenticate itself, adds them to the broker's Api
 cuts a connection that sends anything else before its login (as Kafka does). Rules and faults
 apply as before, to the requests that pass.
 
+The loop's thread and the listening socket are `_proxy_serve`'s, shared with
+:mod:`eosclient.testing.cluster_front` (several listeners on one loop); each connection's four
+tasks are `_proxy_link`'s, and the rules and message surgery `_proxy_rules`'s.
+
 Errors inside the loop (a broken frame, an undecodable response, a bug) are logged on the
 ``eosclient.testing.proxy`` logger and close the connection concerned, so a test sees a cut
 connection rather than a silent hang.
@@ -54,18 +58,14 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import logging
 import ssl
-import struct
 import threading
-from collections.abc import Coroutine
 from types import TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Final, Self
 
 from eosclient.errors import ApiKey
-from eosclient.testing._proxy_link import Link, SeenRequest, Timing, close_writer
+from eosclient.testing._proxy_link import SeenRequest, Timing
 from eosclient.testing._proxy_rules import (
     ERROR_RESPONSE_APIS,
     Action,
@@ -76,7 +76,9 @@ from eosclient.testing._proxy_rules import (
     RewriteError,
     Rule,
     RuleBook,
+    point_at,
 )
+from eosclient.testing._proxy_serve import Listener, LoopThread
 from eosclient.testing.security import SaslUsers
 
 __all__ = [
@@ -95,13 +97,7 @@ __all__ = [
 
 log = logging.getLogger("eosclient.testing.proxy")
 
-_HEADER: Final = struct.Struct(">hhi")
-_CORRELATION: Final = struct.Struct(">i")
-_READ_SIZE: Final = 65536
-_THREAD_TIMEOUT: Final = 10.0
-_CLOSE_TIMEOUT: Final = 1.0
 _ADDRESSED: Final = frozenset({ApiKey.METADATA, ApiKey.FIND_COORDINATOR})
-_T = TypeVar("_T")
 
 
 class KafkaProxy:
@@ -137,22 +133,17 @@ class KafkaProxy:
         sasl: SaslUsers | None = None,
     ) -> None:
         self._upstream = (upstream_host, upstream_port)
-        self._ssl = ssl_context
         self.sasl = sasl
-        self._listen = (listen_host, listen_port)
         self.latency = latency
         self.precise = precise
         self._rules = RuleBook()
+        self._presents: frozenset[int] = _ADDRESSED
         self._seen: list[SeenRequest] = []
         self._timings: list[Timing] = []
-        self._accepted = 0
         self._lock = threading.Lock()
-        self._state = "new"
         self._port: int | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._server: asyncio.Server | None = None
-        self._links: set[Link] = set()
+        self._thread = LoopThread("KafkaProxy")
+        self._listener = Listener(self, self._upstream, listen_host, listen_port, ssl_context)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -163,38 +154,16 @@ class KafkaProxy:
             RuntimeError: the proxy was closed.
             OSError: the listen address could not be bound.
         """
-        with self._lock:
-            if self._state == "closed":
-                raise RuntimeError("this KafkaProxy is closed; make a new one")
-            if self._state == "running":
-                return self
-            loop = asyncio.new_event_loop()
-            ready: concurrent.futures.Future[int] = concurrent.futures.Future()
-            thread = threading.Thread(
-                target=self._run, args=(loop, ready), name="eosclient-proxy", daemon=True
-            )
-            thread.start()
-            try:
-                self._port = ready.result(_THREAD_TIMEOUT)
-            except BaseException:
-                thread.join(_THREAD_TIMEOUT)
-                raise
-            self._loop, self._thread, self._state = loop, thread, "running"
-            thread.name = f"eosclient-proxy-{self._port}"
+        if not self._thread.start(self._listener.open, self._listener.close):
+            return self
+        self._port = self._listener.port
+        self._thread.rename(f"eosclient-proxy-{self._port}")
         log.debug("proxy %s -> %s:%d started", self.bootstrap_servers, *self._upstream)
         return self
 
     def close(self) -> None:
         """Stop listening, cut every connection and join the loop's thread. Idempotent."""
-        with self._lock:
-            running, self._state = self._state == "running", "closed"
-        if not running:
-            return
-        assert self._loop is not None and self._thread is not None
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(_THREAD_TIMEOUT)
-        if self._thread.is_alive():
-            log.error("proxy thread %s did not stop in %.0f s", self._thread.name, _THREAD_TIMEOUT)
+        self._thread.stop()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -209,14 +178,15 @@ class KafkaProxy:
 
     def __repr__(self) -> str:
         listen = self.bootstrap_servers if self._port is not None else "not started"
-        return f"<KafkaProxy {listen} -> {self._upstream[0]}:{self._upstream[1]} {self._state}>"
+        upstream = f"{self._upstream[0]}:{self._upstream[1]}"
+        return f"<KafkaProxy {listen} -> {upstream} {self._thread.state}>"
 
     # --- addresses --------------------------------------------------------------------------
 
     @property
     def host(self) -> str:
         """The host the proxy listens on."""
-        return self._listen[0]
+        return self._listener.host
 
     @property
     def port(self) -> int:
@@ -261,7 +231,7 @@ class KafkaProxy:
 
     def cut_all(self) -> int:
         """Close every live connection (both sides) now; return how many there were."""
-        return self._call(self._cut_all())
+        return self._thread.call(self._listener.cut_all())
 
     # --- observation ------------------------------------------------------------------------
 
@@ -296,7 +266,7 @@ class KafkaProxy:
     @property
     def connections(self) -> int:
         """How many client connections are live."""
-        return len(self._links)
+        return len(self._listener.links)
 
     # --- the loop's side --------------------------------------------------------------------
 
@@ -308,71 +278,8 @@ class KafkaProxy:
         with self._lock:
             self._timings.append(timing)
 
-    def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        loop = self._loop
-        if self._state != "running" or loop is None:
-            coro.close()
-            raise RuntimeError(f"{self!r} is not running")
-        return asyncio.run_coroutine_threadsafe(coro, loop).result(_THREAD_TIMEOUT)
+    def _route(self, seen: SeenRequest, body: bytes) -> bytes | None:
+        return None  # every request goes to the broker (rules aside)
 
-    def _run(self, loop: asyncio.AbstractEventLoop, ready: concurrent.futures.Future[int]) -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            host, port = self._listen
-            self._server = loop.run_until_complete(
-                asyncio.start_server(self._accept, host, port, ssl=self._ssl))
-        except BaseException as exc:
-            ready.set_exception(exc)
-            loop.close()
-            return
-        ready.set_result(self._server.sockets[0].getsockname()[1])
-        try:
-            loop.run_forever()
-        finally:
-            loop.run_until_complete(self._shutdown())
-            loop.close()
-
-    async def _shutdown(self) -> None:
-        if self._server is not None:
-            self._server.close()  # stop accepting; wait_closed() below waits for the handlers
-        try:
-            # Each half of the thread's join timeout: close() gives up on the thread otherwise.
-            await asyncio.wait_for(self._cut_all(), _THREAD_TIMEOUT / 2)
-            if self._server is not None:
-                await asyncio.wait_for(self._server.wait_closed(), _THREAD_TIMEOUT / 2)
-        except TimeoutError:
-            log.error("proxy %s: connections did not close in time", self.bootstrap_servers)
-        finally:
-            current = asyncio.current_task()
-            leftovers = [task for task in asyncio.all_tasks() if task is not current]
-            for task in leftovers:
-                task.cancel()
-            await asyncio.gather(*leftovers, return_exceptions=True)
-
-    async def _cut_all(self) -> int:
-        links = list(self._links)
-        for link in links:
-            link.cut()
-        await asyncio.gather(*(link.closed.wait() for link in links))
-        return len(links)
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            upstream = await asyncio.open_connection(*self._upstream)
-        except OSError as exc:
-            log.warning(
-                "proxy %s: cannot reach upstream %s:%d: %s",
-                self.bootstrap_servers,
-                *self._upstream,
-                exc,
-            )
-            await close_writer(writer)
-            return
-        self._accepted += 1
-        link = Link(self, (reader, writer), upstream, self._accepted)
-        self._links.add(link)
-        try:
-            await link.run()
-        finally:
-            self._links.discard(link)
-            link.closed.set()
+    def _present(self, seen: SeenRequest, request: bytes, response: Any) -> None:
+        point_at(seen.api_key, response, self.host, self.port)
