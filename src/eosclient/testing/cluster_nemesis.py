@@ -78,6 +78,17 @@ From a shell (one row per seed per client, then the median rate per client and t
 
     python -m eosclient.testing.cluster_nemesis --seeds 1-6 --duration 30 \\
         --clients eosclient,confluent-kafka
+
+Targets. Everything above is the ``producer`` target. The schedule and the writer's verdict
+serve two more, through a :class:`~eosclient.testing.cluster_front.ClusterFront` over a real
+broker instead of the mock (:mod:`eosclient.testing._front_nemesis`): ``consumer`` (a
+read_committed consumer in a group) and ``processor`` (ExactlyOnceProcessor workers), sync or
+asyncio. Their schedules (``make_schedule(seed, target="consumer")``, the same for both) draw
+leader moves, coordinator moves (the transactional ids' or the group's) and node bounces, no
+errors; :class:`_Nemesis` plays either kind of schedule on a :class:`Cluster`::
+
+    python -m eosclient.testing.cluster_nemesis --target processor --broker tansu \\
+        --seeds 1-3 --duration 30 --asyncio
 """
 
 from __future__ import annotations
@@ -95,15 +106,18 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal, Protocol
+from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 from eosclient.errors import AbortableError, ApiKey, EosError, RetriableError
 from eosclient.testing.marker_log import PartitionLog, decide, read_logs
 from eosclient.testing.mock import MockCluster, MockClusterError
 
-__all__ = ["CLIENTS", "FAULT_KINDS", "SLOWEST_COMMIT_LIMIT", "ClusterNemesisResult", "Counts",
-           "Fault", "Schedule", "Txn", "format_table", "judge", "main", "make_schedule",
-           "run_cluster_nemesis", "value_of"]
+if TYPE_CHECKING:
+    from eosclient.testing._front_nemesis import FrontNemesisResult as _FrontResult
+
+__all__ = ["CLIENTS", "FAULT_KINDS", "FRONT_FAULT_KINDS", "SLOWEST_COMMIT_LIMIT", "TARGETS",
+           "ClusterNemesisResult", "Counts", "Fault", "Schedule", "Txn", "format_table", "judge",
+           "main", "make_schedule", "run_cluster_nemesis", "value_of"]
 
 log = logging.getLogger("eosclient.testing.cluster_nemesis")
 
@@ -111,6 +125,14 @@ ClientName = Literal["eosclient", "confluent-kafka"]
 CLIENTS: Final[tuple[ClientName, ...]] = ("eosclient", "confluent-kafka")
 FaultKind = Literal["leader", "coordinator", "down", "error"]
 FAULT_KINDS: Final[tuple[FaultKind, ...]] = ("leader", "coordinator", "down", "error")
+#: The faults of the front targets (a ClusterFront has no error to push cluster-wide here).
+FRONT_FAULT_KINDS: Final[tuple[FaultKind, ...]] = ("leader", "coordinator", "down")
+CoordinatorKey = Literal["transaction", "group"]
+Target = Literal["producer", "consumer", "processor"]
+#: ``producer``: the transactional producer on the mock (this module); ``consumer`` and
+#: ``processor``: a read_committed consumer, or ExactlyOnceProcessor workers, through a
+#: ClusterFront over a real broker (:mod:`eosclient.testing._front_nemesis`).
+TARGETS: Final[tuple[Target, ...]] = ("producer", "consumer", "processor")
 
 TOPIC: Final = "churn"
 PARTITIONS: Final = 6
@@ -154,10 +176,13 @@ class Fault:
     Attributes:
         at: Seconds after the loop's first transaction began.
         kind: One of :data:`FAULT_KINDS`.
-        broker: leader, coordinator: the new one; down: the broker taken down; error: unused.
+        broker: leader, coordinator: the new one; down: the broker (a front's node) taken
+            down; error: unused.
         partition: leader: the partition moved; else -1.
         hold: down: seconds until it is up again; else 0.
         api, code: error: the API key and the error code pushed; else 0.
+        coordinator: coordinator: whose coordinator moves, the transactional id's
+            (``"transaction"``) or the consumer group's (``"group"``).
     """
 
     at: float
@@ -167,11 +192,12 @@ class Fault:
     hold: float = 0.0
     api: int = 0
     code: int = 0
+    coordinator: CoordinatorKey = "transaction"
 
     def __str__(self) -> str:
         what = {
             "leader": f"partition {self.partition} led by broker {self.broker}",
-            "coordinator": f"transaction coordinator moves to broker {self.broker}",
+            "coordinator": f"{self.coordinator} coordinator moves to broker {self.broker}",
             "down": f"broker {self.broker} down for {self.hold:.1f} s",
             "error": (f"{ApiKey(self.api).label} answers "
                       f"{_CODE_NAMES.get(self.code, 'code')} ({self.code}) once"),
@@ -181,45 +207,63 @@ class Fault:
 
 @dataclass(frozen=True)
 class Schedule:
-    """A seed's faults in time order, and the window they were drawn for."""
+    """A seed's faults in time order, and the window and target they were drawn for."""
 
     seed: int
     duration: float
     faults: tuple[Fault, ...]
+    target: Target = "producer"
+
+    @property
+    def kinds(self) -> tuple[FaultKind, ...]:
+        """The kinds of fault this target's schedules draw."""
+        return FAULT_KINDS if self.target == "producer" else FRONT_FAULT_KINDS
 
     def __str__(self) -> str:
         counts = Counter(f.kind for f in self.faults)
-        head = (f"cluster nemesis schedule, seed {self.seed}: {len(self.faults)} faults in "
-                f"{self.duration:g} s (" + ", ".join(f"{counts[k]} {k}" for k in FAULT_KINDS)
-                + ")")
+        whose = "" if self.target == "producer" else f" ({self.target} target)"
+        head = (f"cluster nemesis schedule{whose}, seed {self.seed}: {len(self.faults)} faults "
+                f"in {self.duration:g} s ("
+                + ", ".join(f"{counts[k]} {k}" for k in self.kinds) + ")")
         return "\n".join([head, *(f"  {fault}" for fault in self.faults)])
 
 
-def make_schedule(seed: int, *, duration: float = 30.0) -> Schedule:
-    """The schedule of ``seed`` over ``duration`` seconds: the same arguments give the same
-    schedule, always.
+def make_schedule(seed: int, *, duration: float = 30.0, target: Target = "producer") -> Schedule:
+    """The schedule of ``seed`` over ``duration`` seconds for ``target``: the same arguments
+    give the same schedule, always.
 
-    Faults start 0.3-1.2 s in and come 0.3-1.2 s apart; each kind is equally likely. A ``down``
-    drawn while a broker is still down becomes an ``error``; every broker taken down is up again
-    by ``duration`` at the latest (its hold is cut short). Leaders and the coordinator move only
-    to brokers that are up, and always to another broker than the one they are on.
+    Faults start 0.3-1.2 s in and come 0.3-1.2 s apart; each kind of the target's
+    (:data:`FAULT_KINDS` for the producer, :data:`FRONT_FAULT_KINDS` for the front targets) is
+    equally likely, and a front target's ``coordinator`` moves the transactional ids' or the
+    group's coordinator, equally likely. A ``down`` drawn while a broker is still down becomes
+    an ``error`` (the producer) or a ``leader`` move (the front targets); every broker taken
+    down is up again by ``duration`` at the latest (its hold is cut short). Leaders and
+    coordinators start as the runs set them up (partition p on broker ``p % 3 + 1``, every
+    coordinator on broker 1), move only to brokers that are up, and always to another broker
+    than the one they are on. The producer's draws are those of the first version, seed for
+    seed.
 
     Raises:
-        ValueError: ``duration`` is not positive.
+        ValueError: ``duration`` is not positive, or an unknown ``target``.
     """
     if duration <= 0:
         raise ValueError("duration must be > 0")
+    if target not in TARGETS:
+        raise ValueError(f"target must be one of {', '.join(TARGETS)}, not {target!r}")
+    front = target != "producer"
+    kinds = FRONT_FAULT_KINDS if front else FAULT_KINDS
+    keys: tuple[CoordinatorKey, ...] = ("transaction", "group") if front else ("transaction",)
     rng = random.Random(seed)
     leaders = [p % BROKERS + 1 for p in range(PARTITIONS)]
-    coordinator = 1
+    coordinators = dict.fromkeys(keys, 1)
     down_until, down = 0.0, 0
     faults: list[Fault] = []
     t = rng.uniform(*GAP)
     while t < duration:
         at = round(t, 2)
-        kind = rng.choice(FAULT_KINDS)
+        kind = rng.choice(kinds)
         if kind == "down" and down_until > at:
-            kind = "error"
+            kind = "leader" if front else "error"
         up = [b for b in range(1, BROKERS + 1) if not (down_until > at and b == down)]
         if kind == "leader":
             partition = rng.randrange(PARTITIONS)
@@ -227,8 +271,10 @@ def make_schedule(seed: int, *, duration: float = 30.0) -> Schedule:
             leaders[partition] = broker
             faults.append(Fault(at, kind, broker=broker, partition=partition))
         elif kind == "coordinator":
-            coordinator = rng.choice([b for b in up if b != coordinator] or up)
-            faults.append(Fault(at, kind, broker=coordinator))
+            key = rng.choice(keys) if len(keys) > 1 else keys[0]
+            broker = rng.choice([b for b in up if b != coordinators[key]] or up)
+            coordinators[key] = broker
+            faults.append(Fault(at, kind, broker=broker, coordinator=key))
         elif kind == "down":
             down = rng.randint(1, BROKERS)
             hold = round(min(rng.uniform(*DOWN_FOR), duration - at), 2)
@@ -238,13 +284,46 @@ def make_schedule(seed: int, *, duration: float = 30.0) -> Schedule:
             api, code = rng.choice(ERRORS)
             faults.append(Fault(at, kind, api=int(api), code=code))
         t += rng.uniform(*GAP)
-    return Schedule(seed, duration, tuple(faults))
+    return Schedule(seed, duration, tuple(faults), target)
+
+
+class Cluster(Protocol):
+    """What a schedule is played on: librdkafka's mock (:class:`_MockCluster`) or a
+    ClusterFront (:mod:`eosclient.testing._front_nemesis`)."""
+
+    def leader(self, partition: int, broker: int) -> None: ...
+    def coordinator(self, key: CoordinatorKey, broker: int) -> None: ...
+    def down(self, broker: int) -> None: ...
+    def up(self, broker: int) -> None: ...
+    def error(self, api: int, code: int) -> None: ...
+
+
+class _MockCluster:
+    """The producer target's cluster: the mock, its one topic and transactional id."""
+
+    def __init__(self, mock: MockCluster) -> None:
+        self._mock = mock
+
+    def leader(self, partition: int, broker: int) -> None:
+        self._mock.set_partition_leader(TOPIC, partition, broker)
+
+    def coordinator(self, key: CoordinatorKey, broker: int) -> None:
+        self._mock.set_coordinator("transaction", TRANSACTIONAL_ID, broker)
+
+    def down(self, broker: int) -> None:
+        self._mock.set_broker_down(broker)
+
+    def up(self, broker: int) -> None:
+        self._mock.set_broker_up(broker)
+
+    def error(self, api: int, code: int) -> None:
+        self._mock.push_request_errors(api, code)
 
 
 class _Nemesis(threading.Thread):
     """Plays a schedule on a cluster, from ``clock`` (a ``time.monotonic()``) on."""
 
-    def __init__(self, cluster: MockCluster, schedule: Schedule, clock: float,
+    def __init__(self, cluster: Cluster, schedule: Schedule, clock: float,
                  events: list[str]) -> None:
         super().__init__(name="cluster-nemesis", daemon=True)
         self._cluster, self._clock, self._events = cluster, clock, events
@@ -268,19 +347,19 @@ class _Nemesis(threading.Thread):
             self.error = exc
 
     def _play(self, fault: Fault, up: bool) -> None:
-        mc = self._cluster
+        cluster = self._cluster
         if fault.kind == "leader":
-            mc.set_partition_leader(TOPIC, fault.partition, fault.broker)
+            cluster.leader(fault.partition, fault.broker)
         elif fault.kind == "coordinator":
-            mc.set_coordinator("transaction", TRANSACTIONAL_ID, fault.broker)
+            cluster.coordinator(fault.coordinator, fault.broker)
         elif fault.kind == "down" and up:
-            mc.set_broker_up(fault.broker)
+            cluster.up(fault.broker)
             self._down.discard(fault.broker)
         elif fault.kind == "down":
-            mc.set_broker_down(fault.broker)
+            cluster.down(fault.broker)
             self._down.add(fault.broker)
         else:
-            mc.push_request_errors(fault.api, fault.code)
+            cluster.error(fault.api, fault.code)
         now = time.monotonic() - self._clock
         self._events.append(f"t={now:6.2f}s " + (f"broker {fault.broker} up" if up
                                                    else str(fault).split(" ", 1)[1].strip()))
@@ -291,7 +370,7 @@ class _Nemesis(threading.Thread):
         self._halt.set()
         self.join(10)
         for broker in sorted(self._down):
-            self._cluster.set_broker_up(broker)
+            self._cluster.up(broker)
             self._events.append(f"t={time.monotonic() - self._clock:6.2f}s broker {broker} up "
                                 "(the run ended)")
         self._down.clear()
@@ -338,10 +417,12 @@ def _eos_errors() -> Iterator[None]:
 
 
 class _EosClient:
-    def __init__(self, servers: str) -> None:
+    def __init__(self, servers: str, *, topic: str = TOPIC,
+                 transactional_id: str = TRANSACTIONAL_ID) -> None:
         from eosclient.producer import TransactionalProducer  # noqa: PLC0415
 
-        self._producer = TransactionalProducer(servers, transactional_id=TRANSACTIONAL_ID,
+        self._topic = topic
+        self._producer = TransactionalProducer(servers, transactional_id=transactional_id,
                                                linger_ms=_LINGER_MS)
 
     def init(self, timeout: float) -> None:
@@ -354,7 +435,7 @@ class _EosClient:
 
     def send(self, partition: int, value: bytes) -> None:
         with _eos_errors():
-            self._producer.send(TOPIC, value, partition=partition)
+            self._producer.send(self._topic, value, partition=partition)
 
     def commit(self, timeout: float) -> None:
         with _eos_errors():
@@ -453,6 +534,8 @@ class Txn:
             (retries included); None if the commit was never called.
         abort_seconds: Likewise for the abort.
         note: The error that decided it, if any.
+        ended: Seconds on the schedule's clock when it was committed or aborted (None: it
+            was neither, as far as the application knows).
     """
 
     n: int
@@ -462,6 +545,7 @@ class Txn:
     commit_seconds: float | None = None
     abort_seconds: float | None = None
     note: str = ""
+    ended: float | None = None
 
 
 @dataclass(frozen=True)
@@ -513,7 +597,8 @@ def _parse(value: bytes) -> tuple[int, int] | None:
     return int(txn), int(record)
 
 
-def judge(txns: Sequence[Txn], logs: Mapping[int, PartitionLog]) -> Counts:
+def judge(txns: Sequence[Txn], logs: Mapping[int, PartitionLog], *,
+          topic: str = TOPIC) -> Counts:
     """Compare what the application was told (``txns``) with the log, partition by partition
     (``logs``: partition -> what was read of it), deciding each record by the markers. Pure:
     no broker.
@@ -535,7 +620,7 @@ def judge(txns: Sequence[Txn], logs: Mapping[int, PartitionLog]) -> Counts:
     for partition, read in sorted(logs.items()):
         if not read.complete:
             counts.unread += read.end_offset - read.read_to
-            example(f"unread: {TOPIC}-{partition} read to offset {read.read_to} of "
+            example(f"unread: {topic}-{partition} read to offset {read.read_to} of "
                     f"{read.end_offset}")
         decided = decide(read.batches)
         if read.start_offset > 0:
@@ -545,7 +630,7 @@ def judge(txns: Sequence[Txn], logs: Mapping[int, PartitionLog]) -> Counts:
         last: tuple[int, int] | None = None
         for offset, value in decided.committed:
             counts.committed_records += 1
-            where = f"{TOPIC}-{partition}@{offset} {value.decode(errors='replace')!r}"
+            where = f"{topic}-{partition}@{offset} {value.decode(errors='replace')!r}"
             key = _parse(value)
             txn = told.get(key[0]) if key is not None else None
             if key is None or txn is None or key[1] >= txn.sent or \
@@ -744,11 +829,17 @@ class _Capture(logging.Handler):
 
 
 class _Loop:
-    """The application: transactions of 20 records until the window ends."""
+    """The application: transactions of 20 records until the window ends.
+
+    ``pace``: seconds to wait after each transaction (0: none); ``abort_every``: abort, after
+    its sends, every transaction whose number is ``abort_every - 1`` modulo ``abort_every``
+    (0: none; 2: every other one), as the front targets' steady writer does.
+    """
 
     def __init__(self, result: ClusterNemesisResult, make: Callable[[], _Client],
-                 duration: float) -> None:
+                 duration: float, *, pace: float = 0.0, abort_every: int = 0) -> None:
         self.result, self._make, self._duration = result, make, duration
+        self._pace, self._abort_every = pace, abort_every
         self.clock = time.monotonic()  # the schedule's clock: set when the faults start
         self.client = make()
 
@@ -768,12 +859,14 @@ class _Loop:
                 time.sleep(_RETRY_PAUSE)
 
     def run(self) -> None:
-        n = 0
+        n = len(self.result.txns)  # after any the caller ran itself (a warm-up)
         while self.now() < self._duration:
             txn = Txn(n, round(self.now(), 3))
             self.result.txns.append(txn)
             n += 1
             self.transaction(txn)
+            if self._pace:
+                time.sleep(self._pace)
 
     def transaction(self, txn: Txn) -> None:
         started = time.monotonic()
@@ -805,6 +898,10 @@ class _Loop:
             txn.note = f"send: {exc}"
             self.abort(txn)
             return
+        if self._abort_every and txn.n % self._abort_every == self._abort_every - 1:
+            txn.note = "aborted by the application"
+            self.abort(txn)
+            return
         self.commit(txn)
 
     def commit(self, txn: Txn) -> None:
@@ -831,7 +928,7 @@ class _Loop:
                 self.recreate(txn, f"commit_transaction() raised {exc}", at, txn.commit_seconds)
             else:
                 txn.commit_seconds = time.monotonic() - started
-                txn.outcome = "committed"
+                txn.outcome, txn.ended = "committed", round(self.now(), 3)
             return
 
     def abort(self, txn: Txn) -> None:
@@ -852,7 +949,7 @@ class _Loop:
                 self.recreate(txn, f"abort_transaction() raised {exc}", at, txn.abort_seconds)
             else:
                 txn.abort_seconds = time.monotonic() - started
-                txn.outcome = "aborted"
+                txn.outcome, txn.ended = "aborted", round(self.now(), 3)
             return
 
     def recreate(self, txn: Txn, what: str, at: float, seconds: float = 0.0) -> None:
@@ -884,11 +981,14 @@ def run_cluster_nemesis(client: str, *, seed: int = 1, duration: float = 30.0,
         The result; a run that could not be played or read has ``error`` set.
 
     Raises:
-        ValueError: an unknown ``client``.
+        ValueError: an unknown ``client``, or a schedule drawn for another target.
     """
     if client not in _MAKERS:
         raise ValueError(f"client must be one of {', '.join(CLIENTS)}, not {client!r}")
     schedule = schedule or make_schedule(seed, duration=duration)
+    if schedule.target != "producer":
+        raise ValueError(f"a schedule drawn for the {schedule.target} target has no errors to "
+                         "push and moves a group's coordinator: draw one for 'producer'")
     result = ClusterNemesisResult(client, schedule, give_up=give_up, call_timeout=call_timeout)
     started = time.monotonic()
     with MockCluster(BROKERS) as cluster, _Capture([*_CAPTURED, _CK_LOGGER]) as capture:
@@ -903,7 +1003,7 @@ def run_cluster_nemesis(client: str, *, seed: int = 1, duration: float = 30.0,
             loop = _Loop(result, lambda: _MAKERS[client](servers), schedule.duration)
             loop.init()
             capture.clock = loop.clock = time.monotonic()
-            nemesis = _Nemesis(cluster, schedule, loop.clock, result.events)
+            nemesis = _Nemesis(_MockCluster(cluster), schedule, loop.clock, result.events)
             cluster.start_request_tracking()
             nemesis.start()
             loop.run()
@@ -1048,13 +1148,24 @@ def _clients(text: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run every seed for every client, print a row each, the medians and the ratio; exit 1 on
-    any problem."""
+    """Run every seed for every client (the producer target) or on the broker asked for (the
+    front targets), print a row each (and the producer's medians and ratio); exit 1 on any
+    problem."""
     parser = argparse.ArgumentParser(
         prog="python -m eosclient.testing.cluster_nemesis",
-        description="A transactional producer on librdkafka's 3-broker mock while leaders and "
-        "the coordinator move, brokers bounce and retriable errors are pushed; judged from the "
-        "log's control markers.")
+        description="Seeded cluster faults (leaders and coordinators move, brokers bounce) "
+        "against a transactional producer on librdkafka's 3-broker mock (--target producer, "
+        "with retriable errors pushed, judged from the log's control markers), or against a "
+        "read_committed consumer or ExactlyOnceProcessor workers through a three-node "
+        "ClusterFront over a real broker (--target consumer|processor).")
+    parser.add_argument("--target", choices=TARGETS, default="producer",
+                        help="what the faults are played against (producer)")
+    parser.add_argument("--broker", choices=("noida", "tansu"), default="noida",
+                        help="the real broker behind the front (consumer and processor "
+                        "targets; noida)")
+    parser.add_argument("--asyncio", action="store_true",
+                        help="eosclient.aio's consumer or processor (consumer and processor "
+                        "targets)")
     parser.add_argument("--seeds", type=_seeds, default=[1], help="e.g. 1-6 or 3,7 (1)")
     parser.add_argument("--duration", type=float, default=30.0,
                         help="seconds of transactions and faults per run (30)")
@@ -1070,6 +1181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log-dir", type=Path,
                         help="write each run's summary and whole captured log here")
     args = parser.parse_args(argv)
+    if args.target != "producer":
+        return _main_front(args)
     results: list[ClusterNemesisResult] = []
     for seed in args.seeds:
         schedule = make_schedule(seed, duration=args.duration)
@@ -1092,6 +1205,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "eosclient" in rates and rates.get("confluent-kafka"):
         print(f"eosclient / confluent-kafka: {rates['eosclient'] / rates['confluent-kafka']:.2f}x")
     return 1 if any(r.problems() for r in results) else 0
+
+
+def _main_front(args: argparse.Namespace) -> int:
+    """The consumer or processor target: every seed on one broker started here."""
+    from eosclient.testing import _front_nemesis as front  # noqa: PLC0415
+    from eosclient.testing.brokers import start_broker  # noqa: PLC0415
+
+    results = []
+    with start_broker(args.broker) as broker:
+        for seed in args.seeds:
+            schedule = make_schedule(seed, duration=args.duration, target=args.target)
+            print(schedule, flush=True)
+            result = front.run_front_nemesis(args.target, broker, schedule=schedule,
+                                             asyncio=args.asyncio)
+            results.append(result)
+            print(front.format_table([result]).splitlines()[-1], flush=True)
+            if result.problems():
+                print(result.summary(), flush=True)
+            if args.log_dir is not None:
+                print(f"log: {_write_front_log(result, args.log_dir)}", flush=True)
+    print()
+    print(front.format_table(results))
+    return 1 if any(r.problems() for r in results) else 0
+
+
+def _write_front_log(result: _FrontResult, directory: Path) -> Path:
+    """Write a front run's summary (with the evidence around its worst window) and its whole
+    captured log as ``cluster-nemesis-<target>-<broker>[-asyncio]-seed<N>.log``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    name = (f"cluster-nemesis-{result.target}-{result.broker}"
+            f"{'-asyncio' if result.asyncio else ''}-seed{result.seed}.log")
+    path = directory / name
+    parts = [result.summary(max_log_lines=2_000), "", "log:", *result.feed.log_lines, ""]
+    path.write_text("\n".join(parts), encoding="utf-8")
+    return path.resolve()
 
 
 def _write_log(result: ClusterNemesisResult, directory: Path) -> Path:
