@@ -426,6 +426,7 @@ class NetworkClient:
             self._failures.pop(conn.node_id, None)
             self.connect_failure = None
             self.reached, self.unreachable_since, self._down_reported = True, None, False
+            self._why.pop(conn.address, None)  # an outage names only what fails now
         if registered is not None and registered[0] is not conn.sock:  # moved on (or TLS)
             self._unregister(conn)
             registered = None
