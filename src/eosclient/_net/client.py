@@ -299,7 +299,9 @@ class NetworkClient:
         if since is None or now - since < self._gone_after:
             return None
         never = "" if self.reached else " (none ever was: is bootstrap.servers right?)"
-        tried = "; ".join(_failed(host, port, why) for (host, port), why in self._why.items())
+        # A copy, taken at once: application threads ask while the I/O thread's poll may add.
+        why_now = list(self._why.items())
+        tried = "; ".join(_failed(host, port, why) for (host, port), why in why_now)
         error = AllBrokersDownError(f"no broker can be reached{never}: {tried}")
         error.__cause__ = self.connect_failure
         return error
