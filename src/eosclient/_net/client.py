@@ -365,11 +365,6 @@ class NetworkClient:
         answers, self._answers = self._answers, []
         return answers
 
-    def reachable(self) -> bool:
-        """Whether a broker looks reachable: a connection is ready, or no connect has failed
-        since the last one was (nothing tried yet counts as reachable)."""
-        return any(c.ready for c in self._conns.values()) or not self._failures
-
     def least_loaded(self, now: float) -> int:
         """A node to send an any-broker request to: a ready one with the fewest requests in
         flight, else one already connecting, else the known node whose backoff ends first."""

@@ -533,11 +533,8 @@ class MockCluster:
             MockClusterError: Unknown topic or partition (UNKNOWN_TOPIC_OR_PART, 3).
             ValueError: A partition below 0, a broker id below 1, or the cluster is closed.
         """
-        _check_range("partition", partition, 0)
-        _check_range("broker_id", broker_id, 1)
-        code = self._live_lib().rd_kafka_mock_partition_set_leader(
-            self._cluster, topic.encode(), partition, broker_id)
-        self._raise_for("rd_kafka_mock_partition_set_leader", code)
+        self._set_partition_broker("rd_kafka_mock_partition_set_leader", topic, partition,
+                                   broker_id)
 
     def set_partition_follower(self, topic: str, partition: int, broker_id: int) -> None:
         """Name ``broker_id`` the replica a consumer should fetch from (KIP-392's
@@ -547,11 +544,17 @@ class MockCluster:
             MockClusterError: Unknown topic or partition (UNKNOWN_TOPIC_OR_PART, 3).
             ValueError: A partition below 0, a broker id below 1, or the cluster is closed.
         """
+        self._set_partition_broker("rd_kafka_mock_partition_set_follower", topic, partition,
+                                   broker_id)
+
+    def _set_partition_broker(self, call: str, topic: str, partition: int,
+                              broker_id: int) -> None:
+        """``call(cluster, topic, partition, broker_id)``: a partition's leader or follower."""
         _check_range("partition", partition, 0)
         _check_range("broker_id", broker_id, 1)
-        code = self._live_lib().rd_kafka_mock_partition_set_follower(
-            self._cluster, topic.encode(), partition, broker_id)
-        self._raise_for("rd_kafka_mock_partition_set_follower", code)
+        code = getattr(self._live_lib(), call)(self._cluster, topic.encode(), partition,
+                                               broker_id)
+        self._raise_for(call, code)
 
     def set_coordinator(self, kind: str, key: str, broker_id: int) -> None:
         """Move the coordinator of a transactional id or a group to ``broker_id``.
