@@ -55,6 +55,10 @@ class Settings:
     # kafka-python's keywords for the same; empty for plaintext.
     security: Mapping[str, str] = field(default_factory=dict)
     kafka_python_security: Mapping[str, Any] = field(default_factory=dict)
+    # The spread scenario: a transaction's records go round-robin over this many partitions,
+    # record by record (0: as `transaction`'s `partition` says). eosclient and confluent-kafka
+    # only: the scale figures compare those two.
+    spread_over: int = 0
 
 
 class Session(Protocol):
@@ -108,10 +112,18 @@ class _EosSession:
         )
         self._batch = batch
         self._preregister = preregister
+        self._spread = settings.spread_over
         self._producer.init_transactions(timeout=_TIMEOUT)
 
     def transaction(self, topic: str, values: Sequence[bytes], partition: int | None) -> None:
         producer = self._producer
+        if self._spread:
+            producer.begin_transaction()
+            send, spread = producer.send, self._spread
+            for n, value in enumerate(values):
+                send(topic, value, partition=n % spread)
+            producer.commit_transaction(timeout=_TIMEOUT)
+            return
         if self._preregister and partition is not None:
             producer.begin_transaction(partitions=[TopicPartition(topic, partition)])
         else:
@@ -149,12 +161,15 @@ class _ConfluentSession:
             **settings.security,
         })
         self._batch = batch
+        self._spread = settings.spread_over
         self._producer.init_transactions(_TIMEOUT)
 
     def transaction(self, topic: str, values: Sequence[bytes], partition: int | None) -> None:
         producer = self._producer
         producer.begin_transaction()
-        if self._batch:
+        if self._spread:
+            self._produce_spread(topic, values)
+        elif self._batch:
             self._produce_batch(topic, values, partition)
         else:
             self._produce(topic, values, partition)
@@ -170,6 +185,17 @@ class _ConfluentSession:
                 poll(0.05)
                 produce(topic, value, partition=where)
             if n % _POLL_EVERY == 0:
+                poll(0)
+
+    def _produce_spread(self, topic: str, values: Sequence[bytes]) -> None:
+        produce, poll, spread = self._producer.produce, self._producer.poll, self._spread
+        for n, value in enumerate(values):
+            try:
+                produce(topic, value, partition=n % spread)
+            except BufferError:  # the local queue is full: serve it, then try once more
+                poll(0.05)
+                produce(topic, value, partition=n % spread)
+            if n % _POLL_EVERY == _POLL_EVERY - 1:
                 poll(0)
 
     def _produce_batch(self, topic: str, values: Sequence[bytes], partition: int | None) -> None:
@@ -374,6 +400,9 @@ CONFLUENT_AIO_PRODUCE = Variant("ck-aio-produce", CONFLUENT, "confluent-kafka AI
                                 _confluent_aio)
 CONFLUENT_AIO_PLAIN = Variant("ck-aio", CONFLUENT, "confluent-kafka AIOProducer", _confluent_aio)
 
+# The spread scenario (--partitions): send() against produce(), record by record over every
+# partition.
+SPREAD_VARIANTS: Final = (EOS_SEND, CONFLUENT_PRODUCE)
 BULK_VARIANTS: Final = (EOS_SEND, EOS_BATCH, CONFLUENT_PRODUCE, CONFLUENT_BATCH, KAFKA_PYTHON_SEND)
 SMALL_VARIANTS: Final = (EOS_PLAIN, EOS_PREREG, CONFLUENT_PLAIN, KAFKA_PYTHON_PLAIN)
 # --asyncio: the async producers beside the sync eosclient they must stay within 0.9x of.

@@ -82,7 +82,7 @@ from eosclient.aio import AsyncReadCommittedConsumer
 from eosclient.testing.brokers import RunningBroker, start_broker
 from eosclient.testing.topics import create_topic
 
-PARTITIONS: Final = 4
+PARTITIONS = 4  # the topic's; --partitions sets it once, before anything runs
 VALUE_SIZE: Final = 100
 POLL_RECORDS: Final = 500
 RUN_TIMEOUT: Final = 300.0
@@ -349,12 +349,13 @@ def throughput(broker: RunningBroker, args: argparse.Namespace, servers: str,
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     _harness.progress(f"writing {args.transactions} transactions of {args.records} records")
     expected = write_topic(broker, topic, args.transactions, args.records)
+    readers = [r for r in READERS if not args.reader or r[0] in args.reader]
     outcomes = [report.Outcome("throughput", report.THROUGHPUT, "records/s", key, family, label)
-                for key, family, label, _ in READERS]
+                for key, family, label, _ in readers]
     steadies = [report.Outcome("steady", report.THROUGHPUT, "records/s", key, family, label)
-                for key, family, label, _ in READERS]
+                for key, family, label, _ in readers]
     for repeat in range(args.repeat):
-        for outcome, steady, (_, _, label, read) in zip(outcomes, steadies, READERS,
+        for outcome, steady, (_, _, label, read) in zip(outcomes, steadies, readers,
                                                         strict=True):
             _harness.progress(f"throughput: {label} (repeat {repeat + 1}/{args.repeat})")
             try:
@@ -526,6 +527,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--hold-ms", type=int, default=50, help="how long C stays open")
     parser.add_argument("--repeat", type=int, help="throughput runs per client, interleaved")
     parser.add_argument("--scenario", action="append", choices=["throughput", "modes"])
+    parser.add_argument("--partitions", type=int, default=4,
+                        help="partitions of the throughput topic, every one assigned to each "
+                        "reader (the scale figures: 4, 100, 1000)")
+    parser.add_argument("--reader", action="append", choices=[key for key, *_ in READERS],
+                        help="only this reader of the throughput scenario (repeatable; default "
+                        "all)")
     parser.add_argument("--tls", action="store_true",
                         help="read through a TLS front, every client with the same TLS "
                         "settings (throughput only; needs the test extra)")
@@ -533,6 +540,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--json", help="also write the results here as JSON")
     args = parser.parse_args(argv)
     _harness.fill_defaults(args, QUICK if args.quick else DEFAULTS)
+    global PARTITIONS  # noqa: PLW0603 - one setting read by every reader, set before they run
+    PARTITIONS = args.partitions
     args.scenario = args.scenario or (["throughput"] if args.tls else ["throughput", "modes"])
     if args.tls and "modes" in args.scenario:
         parser.error("--tls runs the throughput scenario only")

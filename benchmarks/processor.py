@@ -51,7 +51,7 @@ from eosclient.testing.brokers import RunningBroker, start_broker
 from eosclient.testing.checker import check
 from eosclient.testing.topics import create_topic
 
-PARTITIONS: Final = 4
+PARTITIONS = 4  # the source's and the sink's; --partitions sets it once, before anything runs
 VALUE_SIZE: Final = 100
 POLL_RECORDS: Final = 500
 RUN_TIMEOUT: Final = 600.0
@@ -227,10 +227,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, help="copies per client, interleaved")
     parser.add_argument("--client", action="append", choices=[k for k, *_ in COPIERS],
                         help="only these clients (default: all)")
+    parser.add_argument("--partitions", type=int, default=4,
+                        help="partitions of the source and of the sink (the scale figures: "
+                        "4, 100, 1000)")
     parser.add_argument("--quick", action="store_true", help="a small run")
     parser.add_argument("--json", help="also write the results here as JSON")
     args = parser.parse_args(argv)
     _harness.fill_defaults(args, QUICK if args.quick else DEFAULTS)
+    global PARTITIONS  # noqa: PLW0603 - one setting read by every copier, set before they run
+    PARTITIONS = args.partitions
     args.client = args.client or [k for k, *_ in COPIERS]
     return args
 

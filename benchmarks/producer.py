@@ -22,6 +22,10 @@ producer with the same ``linger.ms`` (5 ms by default), acks=all and no compress
    the client waited for one after the other, and how the time split between the added latency,
    the proxy, the broker and the client (``_rtt.py``).
 
+**spread** (only when named, with ``--partitions``; the scale figures): the bulk scenario's
+transactions with each record sent to the next partition in turn, eosclient ``send()`` beside
+confluent-kafka ``produce()``: what holding many partitions costs a producer.
+
 With ``--tls`` the bulk and small scenarios run through one TLS front (`KafkaProxy` with a
 throwaway CA's certificate, in a process of its own) before the broker, and every client gets
 the same settings: ``security.protocol=SSL``, ``ssl.ca.location`` = the CA, host name checked
@@ -29,13 +33,14 @@ the same settings: ``security.protocol=SSL``, ``ssl.ca.location`` = the CA, host
 front decrypts in Python and shares the two cores: it bounds every client alike, so read the
 ratios, not the absolute numbers (the latency scenario is not run over TLS).
 
-Each (scenario, variant, repeat) gets a fresh 4-partition topic and a fresh producer, warmed up
-untimed (``init_transactions`` and one transaction of the same shape). Repeats are interleaved
-(every variant once, then again), so drift in the broker hits all clients alike; throughput is
-the median over repeats, latency pools all timed transactions. After each run the topic's log is
-read batch header by batch header (kafka-python's decoder, straight from the broker): exactly the
-expected records, all in transactional batches, committed, no aborts, and high watermarks that
-add up. A client that drops records, or skips transactions, fails its row instead of looking fast.
+Each (scenario, variant, repeat) gets a fresh topic (4 partitions; ``--partitions``) and a fresh
+producer, warmed up untimed (``init_transactions`` and one transaction of the same shape). Repeats
+are interleaved (every variant once, then again), so drift in the broker hits all clients alike;
+throughput is the median over repeats, latency pools all timed transactions. After each run the
+topic's log is read batch header by batch header (kafka-python's decoder, straight from the
+broker): exactly the expected records, all in transactional batches, committed, no aborts, and high
+watermarks that add up. A client that drops records, or skips transactions, fails its row instead
+of looking fast.
 
 Caveats
 -------
@@ -78,11 +83,12 @@ import _rtt
 from eosclient.testing.brokers import RunningBroker, start_broker
 from eosclient.testing.topics import create_topic
 
-PARTITIONS: Final = 4
+PARTITIONS = 4  # the topic's; --partitions sets it once, before anything runs
 VALUE_SIZE: Final = 100
 RUN_TIMEOUT: Final = 120.0  # seconds for one run (warm-up, timed transactions, close)
 ROUND_ROBIN: Final = "round-robin over the partitions"
 CLIENT_PARTITIONER: Final = "each client's partitioner"
+SPREAD: Final = "record by record over every partition"
 
 DEFAULTS: Final = {"bulk_transactions": 20, "small_transactions": 1000,
                    "latency_transactions": 300, "rtt_transactions": 200, "repeat": 3}
@@ -171,6 +177,7 @@ def ratio_specs(asyncio: bool = False) -> list[report.RatioSpec]:
             spec("small", "eos-aio", "ck-aio"),
         ]
     return [
+        spec("spread", "eos-send", "ck-produce", 0.8, note="(issue 29, at 1,000 partitions)"),
         spec("bulk", "eos-send", "ck-produce", 0.8, note="(issue 14)"),
         spec("bulk", "eos-send", "kp-send", 10.0),
         spec("bulk", "eos-batch", "ck-produce", 1.5, note="(issue 14)"),
@@ -220,6 +227,8 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
         Scenario("latency", small, 1, args.latency_transactions,
                  report.LATENCY, "per transaction", ROUND_ROBIN, via_proxy=True),
     ]
+    every.append(Scenario("spread", clients.SPREAD_VARIANTS, args.records, args.bulk_transactions,
+                          report.THROUGHPUT, "records/s", SPREAD, via_proxy=False))
     chosen = [s for s in every if s.key in args.scenario]
     if "rtt" in args.scenario:
         chosen += [Scenario(rtt_key(kind), clients.SMALL_VARIANTS, 1, args.rtt_transactions,
@@ -254,7 +263,8 @@ def run_once(
     settings = clients.Settings(bootstrap_servers=servers,
                                 linger_ms=RTT_LINGER_MS if front else bench.linger_ms,
                                 security=tls.settings if tls else {},
-                                kafka_python_security=tls.kafka_python if tls else {})
+                                kafka_python_security=tls.kafka_python if tls else {},
+                                spread_over=PARTITIONS if scenario.placement == SPREAD else 0)
     with _harness.watchdog(RUN_TIMEOUT):
         durations, window = _timed_session(variant.open(settings, f"{topic}-txn"), topic,
                                            scenario, bench)
@@ -437,8 +447,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--rtt-broker", action="append", choices=list(RTT_BROKERS),
                         help="run the rtt scenario on this broker (repeatable; default both)")
     parser.add_argument("--scenario", action="append",
-                        choices=["bulk", "small", "latency", "rtt"],
-                        help="run only this scenario (repeatable)")
+                        choices=["bulk", "small", "latency", "rtt", "spread"],
+                        help="run only this scenario (repeatable; spread only when named)")
+    parser.add_argument("--partitions", type=int, default=4,
+                        help="partitions of every topic (the scale figures: 4, 100, 1000; "
+                        "with --scenario spread)")
     parser.add_argument("--tls", action="store_true",
                         help="bulk and small through a TLS front, every client with the same "
                         "TLS settings (needs the test extra)")
@@ -449,6 +462,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="also write the results here as JSON")
     args = parser.parse_args(argv)
     _harness.fill_defaults(args, QUICK if args.quick else DEFAULTS)
+    global PARTITIONS  # noqa: PLW0603 - one setting read by every run, set before they start
+    PARTITIONS = args.partitions
     args.scenario = args.scenario or (["bulk", "small"] if args.tls
                                       else ["bulk", "small", "latency", "rtt"])
     args.rtt_broker = args.rtt_broker or list(RTT_BROKERS)
