@@ -169,3 +169,10 @@ def test_every_guard_and_action_is_named_by_a_row_or_an_entry() -> None:
     assert {edge.guard for edge in edges if edge and edge.guard} == set(Guard)
     assert {edge.then for edge in edges if edge and edge.then} | set(ON_ENTRY.values()) == set(
         Action)
+
+
+def test_the_core_has_a_body_for_every_guard_and_action() -> None:
+    # The table names what a change does; a name without a body would fail only when reached.
+    core = Driver().core
+    assert set(core._guards) == set(Guard)
+    assert set(core._actions) == set(Action)
