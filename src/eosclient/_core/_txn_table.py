@@ -105,9 +105,9 @@ class Transition(NamedTuple):
 
 
 class Guard(enum.Enum):
-    """A condition a row needs besides its state; the core judges it (``TransactionCore``'s
-    ``_GUARDS``). Where it does not hold the row is missing: a call is refused, naming the
-    guard's reason, and a timer is dropped."""
+    """A condition a row needs besides its state; the core judges it (one method per guard,
+    ``TransactionCore._guards``). Where it does not hold the row is missing: a call is refused,
+    naming the guard's reason, and a timer is dropped."""
 
     END_TXN_UNSENT = "no EndTxn(commit) has been sent: the commit may still become an abort"
 

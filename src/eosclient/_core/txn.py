@@ -1144,7 +1144,8 @@ class TransactionCore:
         return done
 
     def _check(self, call: Input) -> None:
-        """Raise, changing nothing, unless the table allows ``call`` here."""
+        """Raise, changing nothing, unless the table permits ``call`` here (a row, its guard
+        holding)."""
         if self._machine.permits(call):
             return
         state = self._machine.state
