@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from eosclient._core._txn_answers import CLOSES_MEAN_FENCED
+from eosclient._core._txn_wire import CLOSES_MEAN_FENCED
 from eosclient._core.txn import (
     EndOutcome,
     Node,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from _txn_driver import END, IN0, TP0, TXN, Driver
 
-from eosclient._core._txn_table import ABSORBING, StateMachine
+from eosclient._core._txn_table import ABSORBING, ON_ENTRY, Action, Guard, StateMachine
 from eosclient._core.txn import IDEMPOTENT_TABLE, TRANSACTIONAL_TABLE, Input, State, mermaid_diagram
 from eosclient.errors import EpochBumpRequiredError, FatalError, FencedError, IllegalStateError
 
@@ -147,3 +147,32 @@ def test_every_state_call_pair_on_the_core(name: str, state: State, call: Input)
             _CALLS[call](core)
         assert core.state is state and core.history == history
 
+
+
+def test_a_guard_that_does_not_hold_is_a_missing_row() -> None:
+    # A guard judged outside the table (a check before the call, a test before the timer) once
+    # let a reader of the table believe an abort was always allowed while committing.
+    machine = StateMachine(TRANSACTIONAL_TABLE, holds=lambda guard: False)
+    for step in _paths(TRANSACTIONAL_TABLE)[State.COMMITTING]:
+        machine.process(step, "setup")
+    history = list(machine.history)
+    with pytest.raises(IllegalStateError, match="only be retried as a commit"):
+        machine.process(Input.CALL_ABORT, "test")
+    assert machine.process(Input.TIMER_TXN_EXPIRED, "test") is State.COMMITTING
+    assert machine.state is State.COMMITTING and list(machine.history) == history
+    assert machine.allows(Input.CALL_ABORT) and not machine.permits(Input.CALL_ABORT)
+
+
+def test_every_guard_and_action_is_named_by_a_row_or_an_entry() -> None:
+    # A name no row uses is a rule that silently stopped applying when a row was edited.
+    edges = [table.edge(key) for table in TABLES.values() for key in table]
+    assert {edge.guard for edge in edges if edge and edge.guard} == set(Guard)
+    assert {edge.then for edge in edges if edge and edge.then} | set(ON_ENTRY.values()) == set(
+        Action)
+
+
+def test_the_core_has_a_body_for_every_guard_and_action() -> None:
+    # The table names what a change does; a name without a body would fail only when reached.
+    core = Driver().core
+    assert set(core._guards) == set(Guard)
+    assert set(core._actions) == set(Action)

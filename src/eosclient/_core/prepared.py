@@ -38,11 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eosclient._core import _txn_wire as wire
-from eosclient._core._txn_answers import (
-    CLOSES_MEAN_FENCED,
-    _closed_by_broker,
-    _fenced_by_closes,
-)
+from eosclient._core._txn_wire import CLOSES_MEAN_FENCED, closed_by_broker, fenced_by_closes
 from eosclient._core.types import ProducerIdentity, TopicPartition
 from eosclient.errors import ApiKey, EosError, RetriableError, error_for, error_for_codes
 
@@ -143,10 +139,10 @@ class EndPrepared:
     def on_failure(self, error: EosError, now: float) -> None:
         """The request's connection failed or its answer did not come."""
         self._waiting = False
-        if self.coordinator is not None and _closed_by_broker(error):
+        if self.coordinator is not None and closed_by_broker(error):
             self._closes += 1
             if self._closes >= CLOSES_MEAN_FENCED:
-                self._fail(_fenced_by_closes(self._closes, error))
+                self._fail(fenced_by_closes(self._closes, error))
                 return
         self._retry(error, now)
 
