@@ -44,3 +44,6 @@ def test_sdist_and_wheel_carry_the_license(tmp_path: Path) -> None:
         metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names), names
     assert b"License-Expression: Apache-2.0" in metadata
+    # The build reads the version from eosclient._version: the wheel must carry the same one.
+    assert f"\nVersion: {eosclient.__version__}\n".encode() in metadata
+    assert wheel.name.startswith(f"eosclient-{eosclient.__version__}-"), wheel.name

@@ -5,15 +5,13 @@ The public names live here and nowhere else; modules with a leading underscore a
 
 from __future__ import annotations
 
-# Before the imports: eosclient._protocol reads it while this package is being imported.
-__version__ = "0.1.0.dev0"
-
 import logging
 
 import eosclient._kafka  # noqa: F401  (first: kafka-python without its import-time warnings)
 from eosclient._core import _accel
 from eosclient._core.types import TopicPartition
 from eosclient._producer.results import RecordMetadata
+from eosclient._version import __version__
 from eosclient.admin import Admin
 from eosclient.config import AdminConfig, ClientConfig, ConsumerConfig, ProducerConfig
 from eosclient.consumer import (

@@ -16,20 +16,18 @@ from __future__ import annotations
 
 import pytest
 
-from eosclient.testing._front_nemesis import (
-    FRONT_TARGETS,
-    FrontTarget,
-    format_table,
-    judge_reads,
-    run_front_nemesis,
-)
 from eosclient.testing.brokers import RunningBroker
 from eosclient.testing.cluster_nemesis import (
     BROKERS,
     FRONT_FAULT_KINDS,
+    FRONT_TARGETS,
     PARTITIONS,
+    FrontTarget,
+    format_front_table,
+    judge_reads,
     make_schedule,
     run_cluster_nemesis,
+    run_front_nemesis,
 )
 from eosclient.testing.marker_log import LogBatch, PartitionLog
 
@@ -133,7 +131,7 @@ def test_a_value_other_than_the_log_s_is_unexpected() -> None:
 def played(target: FrontTarget, broker: RunningBroker, *, seed: int, duration: float,
            asyncio: bool = False) -> None:
     result = run_front_nemesis(target, broker, seed=seed, duration=duration, asyncio=asyncio)
-    print(format_table([result]))
+    print(format_front_table([result]))
     assert not result.problems(), result.summary()
     assert result.feed.committed > 5 and result.records_read > 0
     played = [e for e in result.feed.events if not e.endswith((" up", "(the run ended)"))]

@@ -31,6 +31,7 @@ from eosclient.testing.nemesis import (
     main,
     make_schedule,
     run_nemesis,
+    write_report,
 )
 
 # The fast suite's schedule (seed 1 over 20 s): two zombies (issue 11's resumed zombie fenced its
@@ -146,8 +147,6 @@ def test_the_summary_names_the_seed_the_schedule_and_the_replay() -> None:
 
 
 def test_the_report_is_one_self_contained_page(tmp_path: Path) -> None:
-    from eosclient.testing._nemesis_report import write_report  # noqa: PLC0415
-
     path = write_report(_made_up_result(), tmp_path / "reports")
     assert path == (tmp_path / "reports" / "nemesis-noida-seed4.html").resolve()
     page = path.read_text()

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from eosclient._core.types import TopicPartition
 from eosclient._net.backoff import Backoff
 from eosclient._processor.steps import Io, Steps, drive
-from eosclient.consumer import ReadCommittedConsumer
 from eosclient.errors import KafkaTimeoutError
 
-__all__ = ["await_committed", "committed_steps"]
+__all__ = ["CommittedReader", "await_committed", "committed_steps"]
 
 log = logging.getLogger("eosclient.processor")
 
@@ -29,7 +29,16 @@ _BACKOFF = Backoff(0.01, 0.25)
 _SLOW = 5.0  # seconds of waiting after which a WARNING says what is awaited
 
 
-def await_committed(consumer: ReadCommittedConsumer, offsets: Mapping[TopicPartition, int],
+class CommittedReader(Protocol):
+    """What :func:`await_committed` asks of a consumer (a
+    :class:`~eosclient.consumer.ReadCommittedConsumer` is one): its group's committed offsets,
+    read with ``require_stable``. A protocol, so this layer does not import the facade above it."""
+
+    def committed(self, partitions: Iterable[TopicPartition], timeout: float,
+                  ) -> Mapping[TopicPartition, int | None]: ...
+
+
+def await_committed(consumer: CommittedReader, offsets: Mapping[TopicPartition, int],
                     timeout: float) -> None:
     """Return once the consumer's group has committed at least ``offsets`` everywhere.
 

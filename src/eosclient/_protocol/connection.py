@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eosclient import __version__
 from eosclient._protocol.apis import Api, api_for
 from eosclient._protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
 from eosclient._protocol.versions import VersionTable, negotiate
+from eosclient._version import __version__
 from eosclient.errors import ApiKey, ProtocolError, ResponseTooLargeError
 
 _CORRELATION = struct.Struct(">i")

@@ -18,12 +18,10 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from eosclient.testing.checker import KINDS
-
-if TYPE_CHECKING:
-    from eosclient.testing.nemesis import Event, Instance, NemesisResult, Sample
+from eosclient.testing.nemesis._result import Event, Instance, NemesisResult, Sample
 
 __all__ = ["render", "write_report"]
 
