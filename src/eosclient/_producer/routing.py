@@ -251,8 +251,8 @@ class Router:
 
         yield from wait_until(
             self._sender, lambda: metadata.partition_count(topic) is not None, deadline,
-            f"the metadata of topic {topic!r}", check_topic,
-            unchanged=f"not known after max.block.ms ({self._max_block * 1000:g} ms)")
+            f"Metadata for topic {topic!r}", check_topic,
+            unchanged=f"the topic is not known after max.block.ms ({self._max_block * 1000:g} ms)")
         return metadata.partition_count(topic) or 0  # (known now: ready said so)
 
     def _await_metadata(self, topic: str) -> int:

@@ -437,9 +437,9 @@ class ProducerSession:
 
         yield from wait_until(
             self._sender, lambda: not budget.full, time.monotonic() + max_block_ms / 1000,
-            f"waiting for buffer.memory ({budget.limit} bytes), held by batches not yet "
-            "acknowledged,", check, unchanged=f"max.block.ms ({max_block_ms:g} ms) passed; "
-                                              "nothing was queued")
+            "waiting for buffer.memory", check,
+            unchanged=f"{budget.limit} bytes still held by batches not yet acknowledged after "
+                      f"max.block.ms ({max_block_ms:g} ms); nothing was queued")
 
     def partitions(self, topic: str) -> Steps[list[TopicPartition]]:
         """``partitions_for()``: the topic's partitions, its metadata asked of the cluster and
