@@ -424,7 +424,7 @@ class TransactionalProducer:
         session.sender.refuse_to_wait(_PUBLIC_NAMES[call])
         with session.lock:
             deadline = time.monotonic() + seconds
-            completion = session.start(call, deadline)
+            completion = session.transaction_call(call, deadline)
             session.sender.drive(session.completed(completion, deadline))
 
     def _abort_after(self, exc: BaseException, timeout: float | None) -> None:

@@ -66,7 +66,7 @@ _RUN_SLACK = 200  # bytes: a record's overhead in a batch, and then some (send_r
 _DEAD = frozenset({State.FENCED, State.FATAL, State.CLOSED})
 
 TxnCall = Literal["init", "commit", "abort"]
-"""A transaction call that waits for the coordinator (:meth:`ProducerSession.start`)."""
+"""A transaction call that waits for the coordinator (:meth:`ProducerSession.transaction_call`)."""
 
 RecordHandle = Callable[[BatchOutcome, int, int], Any]
 """What ``send()`` hands back for a record, made from (outcome, offset delta, timestamp)."""
@@ -100,6 +100,8 @@ class ProducerSession:
         self._sender = sender  # (the hot path's name for it)
         self._core, self._acc, self._metadata = sender.core, sender.acc, sender.metadata
         self._router = Router(sender)
+        self._txn_calls: dict[TxnCall, Callable[[float, float], Completion]] = {
+            "init": self._core.init, "commit": self._core.commit, "abort": self._core.abort}
         self._budget = sender.acc.budget  # buffer.memory: send() reads budget.full
         self._shortcuts = sender.shortcuts  # send()'s (see Sender.shortcuts)
         self.opened = 0  # batches send() opened: the asyncio front sends the full one then
@@ -167,7 +169,7 @@ class ProducerSession:
             self._core.send_offsets(offsets, group, time.monotonic(), float("inf"))
             self._sender.wake()
 
-    def start(self, call: TxnCall, deadline: float) -> Completion:
+    def transaction_call(self, call: TxnCall, deadline: float) -> Completion:
         """Make a transaction call that waits for the coordinator, to be done by ``deadline``;
         :meth:`completed` waits for it.
 
@@ -176,12 +178,12 @@ class ProducerSession:
         """
         self.check_open()
         self._shortcuts.clear()  # the state changes: send() must ask the core again
-        completion: Completion = getattr(self._core, call)(time.monotonic(), deadline)
+        completion = self._txn_calls[call](time.monotonic(), deadline)
         self._sender.wake()
         return completion
 
     def completed(self, completion: Completion, deadline: float) -> Steps[None]:
-        """Wait for a transaction call :meth:`start` made, a little past its ``deadline``
+        """Wait for a transaction call :meth:`transaction_call` made, a little past its ``deadline``
         (the core's own timeout comes first); then its outcome.
 
         Raises:

@@ -384,7 +384,7 @@ class AsyncTransactionalProducer:
         driver, session = self._driving(), self._session
         seconds = timeout_of(timeout, self.config.max_block_ms)
         deadline = time.monotonic() + seconds
-        completion = session.start(call, deadline)
+        completion = session.transaction_call(call, deadline)
         # Its first requests go out now, not after a trip through the loop; and a turn runs
         # again once the loop is reached even if pump() did not turn (one turned less than
         # a millisecond ago): else the batches a commit flushes waited for the timer that
