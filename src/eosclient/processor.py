@@ -113,7 +113,7 @@ from eosclient._processor.stats import ProcessorStats
 from eosclient._processor.steps import drive
 from eosclient.config import ConsumerConfig, ProducerConfig
 from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer
-from eosclient.producer import TransactionalProducer
+from eosclient.producer import TransactionalProducer, send_run
 
 __all__ = ["SOURCE_HEADER", "ExactlyOnceProcessor", "OutputRecord", "ProcessorStats"]
 
@@ -265,7 +265,7 @@ class _Ports:
     def send_copies(self, topic: str, runs: list[CopyRun]) -> None:
         producer = self._need(self.producer)
         for values, keys, headers in runs:
-            producer._send_run(topic, values, keys, headers)
+            send_run(producer, topic, values, keys, headers)
 
     def probe(self, topic: str, headers: list[tuple[str, bytes]]) -> None:
         producer = self._need(self.producer)

@@ -1,4 +1,9 @@
-"""The transactional (and idempotent) producer: the public facade over the core and the network.
+"""The transactional (and idempotent) producer: the sync front over the producer session.
+
+What the producer is and decides lives in :class:`~eosclient._producer.session.ProducerSession`
+(shared with the asyncio front, :mod:`eosclient.aio.producer`); this front checks arguments,
+carries the docstrings, and waits the way threads wait: it drives the session's steps on the
+caller's thread, holding the lock (:meth:`Sender.drive <eosclient._producer.sender.Sender.drive>`).
 
 Threading: any number of application threads may call a producer. Every call takes one lock
 (shared with the producer's single I/O thread, :mod:`eosclient._producer.sender`) for the few
@@ -9,13 +14,6 @@ metadata is first fetched) wait on a condition of that lock with a deadline, and
 :class:`~eosclient.errors.KafkaTimeoutError` when it passes; the work goes on, and the same call
 made again resumes it. The I/O thread starts with the producer; delivery futures are resolved by
 it after it released the lock, so their callbacks may call the producer.
-
-``send()`` keeps a shortcut per topic (keyless records) and per topic and partition: the batch
-its last record went to (:attr:`Sender.shortcuts <eosclient._producer.sender.Sender.shortcuts>`).
-A record that fits there is added in one call, without routing it or asking the transaction
-core again. That is only right while nothing else happened under the lock: every turn of the I/O
-thread, every call that changes the transaction, and every append that opens a batch forgets
-the shortcuts; and a batch that is closed, drained or dropped refuses records anyway.
 """
 
 from __future__ import annotations
@@ -24,34 +22,22 @@ import contextlib
 import logging
 import ssl
 import time
-import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from eosclient._core.delivery import BatchOutcome, DeliveryHandle
 from eosclient._core.encoder import Header
 from eosclient._core.partitioner import Partitioner
 from eosclient._core.prepared import PreparedTransaction
-from eosclient._core.records import RecordChecker, Serializer, check_timestamp
-from eosclient._core.txn import Completion, State
+from eosclient._core.records import Serializer
 from eosclient._core.types import TopicPartition
 from eosclient._producer import args
 from eosclient._producer.prepared import end_prepared
-from eosclient._producer.results import DeliveryFuture, RecordFuture, RecordMetadata, publish
-from eosclient._producer.routing import Groups, Router
-from eosclient._producer.sender import Sender
-from eosclient._stats_reporter import LoopStatsReporter, StatsReporter
-from eosclient.config import ProducerConfig, build
-from eosclient.errors import (
-    AbortableError,
-    ConfigError,
-    EosError,
-    FatalError,
-    FencedError,
-    IllegalStateError,
-    KafkaTimeoutError,
-)
+from eosclient._producer.results import RecordMetadata
+from eosclient._producer.session import ProducerSession, TxnCall
+from eosclient._stats_reporter import StatsReporter
+from eosclient.config import ProducerConfig
+from eosclient.errors import AbortableError, EosError
 from eosclient.group_metadata import ConsumerGroupMetadata
 from eosclient.stats import ClientStats
 
@@ -59,12 +45,10 @@ __all__ = ["PreparedTransaction", "TransactionalProducer", "end_prepared"]
 
 log = logging.getLogger("eosclient.producer")
 
-_GRACE = 1.0  # seconds past a deadline before a caller stops waiting for the I/O thread
-_RUN_SLACK = 200  # bytes: a record's overhead in a batch, and then some (_send_run)
 _JOIN_MIN = 1.0  # seconds close() gives the stopped I/O thread to exit, even past its deadline
-_DEAD = frozenset({State.FENCED, State.FATAL, State.CLOSED})
-_PUBLIC_NAMES = {"init": "init_transactions", "commit": "commit_transaction",
-                 "abort": "abort_transaction"}
+_PUBLIC_NAMES: dict[TxnCall, str] = {"init": "init_transactions",
+                                     "commit": "commit_transaction",
+                                     "abort": "abort_transaction"}
 
 
 class TransactionalProducer:
@@ -104,8 +88,6 @@ class TransactionalProducer:
             value, or one setting given twice with different values. Nothing was started.
     """
 
-    _reporter: StatsReporter | LoopStatsReporter | None  # stats_cb's (thread or timer)
-
     def __init__(
         self,
         bootstrap_servers: str | Sequence[str] | None = None,
@@ -130,46 +112,16 @@ class TransactionalProducer:
         config: Mapping[str, object] | ProducerConfig | None = None,
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
-        self._setup(_config(given, config))
-        self._sender.start()
-        self._finalizer = weakref.finalize(self, self._sender.stop)
-        cfg = self.config
+        self.config = cfg = args.config_of(given, config)
+        self._session = session = ProducerSession(cfg)
+        self._sender = session.sender  # (tests' probes read it too)
+        # The hot path, with no call in between: this producer's send() *is* the session's
+        # (the method below carries the signature and the docstring).
+        self.send = session.send  # type: ignore[method-assign]
+        session.sender.start()
         if cfg.stats_cb is not None:
-            self._reporter = StatsReporter(cfg.statistics_interval_ms / 1000, self.stats,
-                                           cfg.stats_cb, f"eosclient-stats-{cfg.client_id}")
-
-    @classmethod
-    def _unstarted(cls, config: ProducerConfig) -> TransactionalProducer:
-        """A producer whose I/O thread is never started: the asyncio front
-        (:mod:`eosclient.aio`) runs its turns from an event loop instead."""
-        self = cls.__new__(cls)
-        self._setup(config)
-        self._finalizer = weakref.finalize(self, self._sender.stop)
-        return self
-
-    def _setup(self, config: ProducerConfig) -> None:
-        self.config = cfg = config
-        self._checker = RecordChecker(key_serializer=cfg.key_serializer,
-                                      value_serializer=cfg.value_serializer,
-                                      max_request_size=cfg.max_request_size)
-        self._sender = sender = Sender(cfg)
-        self._lock, self._changed = sender.lock, sender.changed
-        self._core, self._acc, self._metadata = sender.core, sender.acc, sender.metadata
-        self._router = Router(sender)
-        self._budget = sender.acc.budget  # buffer.memory: send() reads budget.full
-        self._shortcuts = sender.shortcuts  # send()'s (see Sender.shortcuts)
-        self._opened = 0  # batches send() opened: the asyncio front sends the full one then
-        # What send() hands back for a record, made from (outcome, offset delta, timestamp):
-        # a RecordFuture here; the asyncio front's Delivery there (one object a record, not two)
-        self._record_handle: Callable[[BatchOutcome, int, int], Any] = RecordFuture
-        # send()'s inlined check: bytes key and value within this many bytes together need no
-        # other (-1 with a serializer: every record goes through the checker).
-        self._raw_limit = self._checker.fast_limit if self._checker.raw else -1
-        self._closed = False
-        self._closing = False  # close() is finishing: its waits end when no broker is reachable
-        if not cfg.transactional:
-            self._core.init(time.monotonic(), float("inf"))  # idempotent: a producer id now
-        self._reporter = None  # started by __init__ (the sync front)
+            session.reporter = StatsReporter(cfg.statistics_interval_ms / 1000, self.stats,
+                                             cfg.stats_cb, f"eosclient-stats-{cfg.client_id}")
 
     # -- transactions ---------------------------------------------------------------------------
 
@@ -187,7 +139,7 @@ class TransactionalProducer:
             FatalError: e.g. not authorised; close, fix the configuration.
             IllegalStateError: not allowed in this state (e.g. a transaction is open).
         """
-        self._blocking(self._core.init, timeout)
+        self._blocking("init", timeout)
 
     def begin_transaction(self, partitions: Iterable[TopicPartition] | None = None,
                           group_id: str | None = None) -> None:
@@ -212,15 +164,7 @@ class TransactionalProducer:
             AbortableError: the previous transaction failed and was not aborted; nothing changed.
             FencedError: fenced (FatalError likewise); close the producer.
         """
-        declared = args.partitions_of(partitions)
-        group = args.group_id_of(group_id)
-        with self._lock:
-            self._check_open()
-            self._core.begin(time.monotonic(), partitions=declared, group_id=group)
-            self._router.transaction_began()
-            if declared:
-                self._metadata.want({tp.topic for tp in declared})
-            self._sender.wake()
+        self._session.begin(args.partitions_of(partitions), args.group_id_of(group_id))
 
     def send_offsets_to_transaction(
         self,
@@ -244,12 +188,7 @@ class TransactionalProducer:
             TypeError, ValueError: ``offsets`` is not a mapping of TopicPartition to int >= 0.
         """
         checked = args.offsets_of(offsets)
-        group = args.group_of(group_metadata_or_group_id)
-        with self._lock:
-            self._check_open()
-            self._shortcuts.clear()  # (whatever the core does, send() asks it again)
-            self._core.send_offsets(checked, group, time.monotonic(), float("inf"))
-            self._sender.wake()
+        self._session.send_offsets(checked, args.group_of(group_metadata_or_group_id))
 
     def commit_transaction(self, timeout: float | None = None) -> None:
         """Send what is queued, then commit the transaction (EndTxn).
@@ -261,7 +200,7 @@ class TransactionalProducer:
             FencedError: another instance took over; close this one. FatalError likewise.
             IllegalStateError: no transaction is open, or it is being aborted.
         """
-        self._blocking(self._core.commit, timeout)
+        self._blocking("commit", timeout)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         """Abort the transaction: unsent records fail, EndTxn(abort), and a KIP-360 epoch bump
@@ -272,7 +211,7 @@ class TransactionalProducer:
             FencedError: another instance took over; close this one. FatalError likewise.
             IllegalStateError: no transaction is open, or a commit is in progress.
         """
-        self._blocking(self._core.abort, timeout)
+        self._blocking("abort", timeout)
 
     @contextlib.contextmanager
     def transaction(self, partitions: Iterable[TopicPartition] | None = None,
@@ -319,57 +258,18 @@ class TransactionalProducer:
             FencedError: another instance took over; close this one. FatalError likewise.
             IllegalStateError: no transaction is open, or the producer is closed.
         """
+        session = self._session
         seconds = args.timeout_of(timeout, self.config.max_block_ms)
         deadline = time.monotonic() + seconds
-        self.flush(seconds)
-        with self._lock:
-            self._check_open()
-            while not self._prepared_yet():
-                self._sender.check_alive()
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise self._not_prepared(seconds)
-                self._changed.wait(remaining)
-            prepared = self._hand_over()
-        self._sender.join(max(_JOIN_MIN, deadline - time.monotonic()))
-        self._finalizer.detach()
-        return prepared
-
-    def _prepared_yet(self) -> bool:
-        """prepare_transaction()'s look (both fronts'): whether everything of the open
-        transaction is written and registered.
-
-        Raises:
-            EosError: the transaction failed (its error), or IllegalStateError: none is open.
-        """
-        state = self._core.state
-        if state is not State.IN_TRANSACTION:
-            error = self._core.error
-            if error is not None:
-                raise error
-            raise IllegalStateError(f"prepare_transaction() needs an open transaction; "
-                                    f"the producer is {state.value}")
-        return not self._core.waiting_for() and not self._sender.incomplete()
-
-    def _not_prepared(self, seconds: float) -> KafkaTimeoutError:
-        return KafkaTimeoutError(f"prepare_transaction(): still waiting for "
-                                 f"{sorted(w.value for w in self._core.waiting_for())} "
-                                 f"after {seconds:g} s")
-
-    def _hand_over(self) -> PreparedTransaction:
-        """Give the prepared transaction's identity away and stop (no abort)."""
-        identity = self._core.identity
-        prepared = PreparedTransaction(self.config.transactional_id or "",
-                                       identity.producer_id, identity.epoch)
-        self._closed = True
-        self._shortcuts.clear()
-        self._core.close()
-        self._sender.stop()
+        session.sender.refuse_to_wait("flush")
+        with session.lock:
+            prepared = session.sender.drive(session.prepare(deadline, seconds))
+        session.sender.join(max(_JOIN_MIN, deadline - time.monotonic()))
         return prepared
 
     # -- records --------------------------------------------------------------------------------
 
-    def send(self, topic: str, value: object, key: object = None, *,
+    def send(self, topic: str, value: object, key: object = None, *,  # (replaced: __init__)
              partition: int | None = None, headers: Sequence[tuple[str, Any]] | None = None,
              timestamp_ms: int | None = None) -> Future[RecordMetadata]:
         """Queue one record; the future says where it was written.
@@ -401,59 +301,9 @@ class TransactionalProducer:
 
         Nothing was queued when any of these is raised.
         """
-        # The hot path (~0.7 us a record, most of it Python calls): the common case (bytes, no
-        # serializer, no headers) is checked inline, the lock is taken once, and a record that
-        # goes where the one before it of its topic (or topic and partition) went is added to
-        # that batch in one call (a shortcut, _append makes them); nothing is made per record
-        # but its encoded pieces and the RecordFuture, after the lock.
-        if type(topic) is not str or not topic:
-            args.topic_of(topic)  # raises
-        stamp = _time_ns() // 1_000_000 if timestamp_ms is None else check_timestamp(timestamp_ms)
-        extra: Sequence[Header] = ()
-        if type(value) is not bytes or headers is not None or (
-                key is not None and type(key) is not bytes) or len(value) + (
-                len(key) if key else 0) > self._raw_limit:  # else: nothing more to check
-            key, value, extra, stamp = self._checker.one(key, value, headers, stamp)
-        if partition is None:  # a keyed record's partition is the partitioner's: no shortcut
-            place: object = topic if key is None else None
-        else:
-            args.partition_of(partition)
-            place = (topic, partition)
-        with self._lock:
-            if self._closed or self._sender.crashed is not None:
-                self._check_open()
-            if self._budget.full:
-                self._router.await_buffer(topic)
-            shortcut = self._shortcuts.get(place)
-            if shortcut is None or (delta := shortcut[0](stamp, key, value, extra)) < 0:
-                outcome, delta = self._append(topic, partition, key, value, extra, stamp, place)
-            else:
-                outcome = shortcut[1]
-        future: Future[RecordMetadata] = self._record_handle(outcome, delta, stamp)
-        if not delta and outcome.state:  # failed at once: its transaction was aborted
-            publish((outcome,))
+        future: Future[RecordMetadata] = self._session.send(
+            topic, value, key, partition=partition, headers=headers, timestamp_ms=timestamp_ms)
         return future
-
-    def _append(self, topic: str, partition: int | None, key: bytes | None,  # noqa: PLR0917
-                value: bytes | None, extra: Sequence[Header], stamp: int, place: object,
-                ) -> tuple[BatchOutcome, int]:
-        """:meth:`send` under the lock when no shortcut took the record: route it, check it
-        against the transaction, append it; then leave a shortcut for the next record of its
-        ``place`` (None: none) to the same batch."""
-        tp = self._router.target(topic, partition, key)
-        generation = self._core.send(tp)
-        outcome, delta = self._acc.append_record(tp, stamp, key, value, extra, _monotonic(),
-                                                 generation)
-        if not delta:  # it opened a batch: the one before may be full, sticky may move
-            self._opened += 1
-            self._router.batch_opened()  # (and forgets the shortcuts)
-            if self._sender.sleeping:  # the I/O thread sends the full batch, or starts
-                self._sender.wake()  # the new one's linger timer
-        elif place is not None:  # the sticky choice moves only when a batch opens: it holds
-            shortcut = self._acc.appender(tp, generation)
-            if shortcut is not None:
-                self._shortcuts[place] = shortcut
-        return outcome, delta
 
     def send_batch(self, topic: str, values: Sequence[object],
                    keys: Sequence[object] | None = None,
@@ -481,56 +331,7 @@ class TransactionalProducer:
 
         Nothing was queued when any of these is raised.
         """
-        number = args.partition_of(partition)
-        name = args.topic_of(topic)
-        ks, vals = self._checker.many(values, keys)
-        hs = None if headers is None else self._checker.many_headers(headers, ks, vals)
-        return self._queue_batch(name, number, ks, vals, hs)
-
-    def _send_run(self, topic: str, values: Sequence[object], keys: Sequence[object] | None,
-                  headers: list[list[Header]]) -> None:
-        """:meth:`send_batch` for records whose headers the caller made, ``(str, bytes)`` pairs
-        (the processor's copy: ``eos.src``), so they are not checked again: the keys and values
-        are, and every record's size once one may come near ``max.request.size``."""
-        ks, vals = self._checker.many(values, keys)
-        header_bytes = max((len(k) * 4 + len(v or b"") + 10 for h in headers[-1:] for k, v in h),
-                           default=0)  # the last has the longest offset: the longest header
-        room = self.config.max_request_size - _RUN_SLACK - header_bytes
-        if max(map(len, filter(None, vals)), default=0) + max(
-                map(len, filter(None, ks or ())), default=0) > room:
-            self.send_batch(topic, vals, ks, headers=headers)  # checked record by record
-        else:
-            self._queue_batch(args.topic_of(topic), None, ks, vals, headers)
-
-    def _queue_batch(self, name: str, number: int | None, ks: list[bytes | None] | None,
-                     vals: list[bytes | None], hs: list[list[Header]] | None,
-                     ) -> Future[list[RecordMetadata]]:
-        """:meth:`send_batch` after its checks (the processor's copy calls it with its own
-        headers, ``(str, bytes)`` pairs it made, after ``_checker.many``)."""
-        stamp = _now_ms()
-        with self._lock:
-            self._check_open()
-            if self._budget.full:  # (this call's records may then go past buffer.memory)
-                self._router.await_buffer(name)
-            groups = self._router.group(name, number, ks, vals, hs)
-            generation = 0
-            for tp, _, _, _ in groups:  # every partition checked before any record is queued
-                generation = self._core.send(tp)
-            now = time.monotonic()
-            handle = self._append_groups(groups, stamp, now, generation)
-            self._router.batch_opened()  # batches filled: the sticky partition may have moved
-            if handle is None:  # no records: done at once
-                done: Future[list[RecordMetadata]] = Future()
-                done.set_result([])
-                return done
-            self._sender.wake()
-            future: DeliveryFuture[list[RecordMetadata]] = DeliveryFuture(
-                handle, self._sender.settled, False)
-            if not handle.done():
-                future.watch()
-                return future
-        future.resolve()
-        return future
+        return self._session.send_batch(topic, values, keys, partition, headers)
 
     def partitions_for(self, topic: str) -> list[TopicPartition]:
         """The partitions of ``topic``, from the producer's metadata (as Java's
@@ -545,16 +346,15 @@ class TransactionalProducer:
             IllegalStateError: the producer is closed.
         """
         args.topic_of(topic)
-        self._sender.refuse_to_wait("partitions_for")
-        with self._lock:
-            self._check_open()
-            return self._router.partitions(topic, self._check_open)
+        session = self._session
+        session.sender.refuse_to_wait("partitions_for")
+        with session.lock:
+            return session.sender.drive(session.partitions(topic))
 
     def stats(self) -> ClientStats:
         """A snapshot of this producer's counters and request timings (see
         :mod:`eosclient.stats`); cheap, never blocks on the network. Works after close()."""
-        with self._lock:
-            return self._sender.stats()
+        return self._session.stats()
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record now and wait until each is written or failed.
@@ -565,25 +365,12 @@ class TransactionalProducer:
             KafkaTimeoutError: records are still pending after ``timeout``; they stay queued.
             IllegalStateError: the producer is closed.
         """
+        session = self._session
         seconds = args.timeout_of(timeout, self.config.max_block_ms)
         deadline = time.monotonic() + seconds
-        self._sender.refuse_to_wait("flush")
-        with self._lock:
-            self._check_open()
-            self._sender.flushing += 1
-            self._sender.wake()
-            try:
-                while self._sender.incomplete() and self._core.state is not State.ABORTABLE_ERROR:
-                    self._sender.check_alive()
-                    self._check_reachable("flush")
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise KafkaTimeoutError(f"flush(): records still pending after "
-                                                f"{seconds:g} s; they stay queued"
-                                                ) from self._sender.client.connect_failure
-                    self._changed.wait(remaining)
-            finally:
-                self._sender.flushing -= 1
+        session.sender.refuse_to_wait("flush")
+        with session.lock:
+            session.sender.drive(session.flush(deadline, seconds))
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -601,31 +388,23 @@ class TransactionalProducer:
         stopped even if finishing raised. Called from a delivery future's callback (the I/O
         thread), it only stops: records still pending fail with IllegalStateError.
         """
+        session = self._session
         seconds = args.timeout_of(timeout, self.config.max_block_ms)
         deadline = time.monotonic() + seconds
-        with self._lock:
-            if self._closed:
-                return
-            state = self._core.state
-            self._closing = True
+        state = session.start_closing()
+        if state is None:
+            return
         try:
-            if not self._sender.in_io_thread():  # a future's callback cannot wait for itself
-                self._finish(state, max(0.0, deadline - time.monotonic()))
+            if not session.sender.in_io_thread():  # a future's callback cannot wait for itself
+                self._finish(session.left_open(state), max(0.0, deadline - time.monotonic()))
         except EosError as exc:
             log.warning("close(): %s; failing what is left", exc)
         finally:
-            if self._reporter is not None:
-                self._reporter.stop()
-            with self._lock:
-                self._closed = True
-                self._shortcuts.clear()
-                self._core.close()
-                self._sender.stop()
-            stopped = self._sender.join(max(_JOIN_MIN, deadline - time.monotonic()))
-            if not stopped and not self._sender.in_io_thread():
+            session.shut_down()
+            stopped = session.sender.join(max(_JOIN_MIN, deadline - time.monotonic()))
+            if not stopped and not session.sender.in_io_thread():
                 log.warning("close(): the I/O thread has not exited yet (a delivery callback "
                             "still running?); it exits when that returns")
-            self._finalizer.detach()
 
     def __enter__(self) -> TransactionalProducer:
         return self
@@ -634,92 +413,43 @@ class TransactionalProducer:
         self.close()
 
     def __repr__(self) -> str:
-        kind = f"transactional_id={self.config.transactional_id!r}" \
-            if self.config.transactional else "idempotent"
-        return f"<TransactionalProducer {kind} state={self._core.state.name}>"
+        return f"<TransactionalProducer {self._session.describe()}>"
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise IllegalStateError("the producer is closed")
-        self._sender.check_alive()
-
-    def _check_reachable(self, what: str) -> None:
-        """In close(), end a wait that no broker can end (call under the lock).
-
-        Raises:
-            KafkaTimeoutError: closing, and no broker has been reachable for a while.
-        """
-        if self._closing and self._sender.broker_gone(time.monotonic()):
-            raise KafkaTimeoutError(f"close(): {what} cannot finish, no broker is reachable"
-                                    ) from self._sender.client.connect_failure
-
-    def _blocking(self, call: Any, timeout: float | None) -> None:
-        """Run a core call that returns a Completion, and wait for it (under the lock)."""
+    def _blocking(self, call: TxnCall, timeout: float | None) -> None:
+        """Make a transaction call and wait for it (under the lock)."""
+        session = self._session
         seconds = args.timeout_of(timeout, self.config.max_block_ms)
-        self._sender.refuse_to_wait(_PUBLIC_NAMES.get(call.__name__, call.__name__))
-        with self._lock:
-            self._check_open()
-            now = time.monotonic()
-            self._shortcuts.clear()  # the state changes: send() must ask the core again
-            completion: Completion = call(now, now + seconds)
-            self._sender.wake()
-            self._wait(completion, now + seconds)
-
-    def _wait(self, completion: Completion, deadline: float) -> None:
-        while not completion.done:
-            self._sender.check_alive()
-            self._check_reachable(completion.call.value)
-            remaining = deadline + _GRACE - time.monotonic()
-            if remaining <= 0:
-                raise KafkaTimeoutError(f"{completion.call.value}: the deadline passed; the "
-                                        f"work goes on, call again to resume"
-                                        ) from self._sender.client.connect_failure
-            self._changed.wait(remaining)
-        completion.result()
-
-    def _append_groups(self, groups: Groups, stamp: int, now: float,
-                       generation: int) -> DeliveryHandle | None:
-        handle = None
-        for tp, ks, vals, hs in groups:
-            handle = self._acc.append_many(tp, vals, ks, timestamp_ms=stamp, now=now,
-                                           generation=generation, handle=handle, checked=True,
-                                           headers=hs)
-        return handle
+        session.sender.refuse_to_wait(_PUBLIC_NAMES[call])
+        with session.lock:
+            deadline = time.monotonic() + seconds
+            completion = session.transaction_call(call, deadline)
+            session.sender.drive(session.completed(completion, deadline))
 
     def _abort_after(self, exc: BaseException, timeout: float | None) -> None:
-        if isinstance(exc, FencedError | FatalError) or self._core.state in _DEAD:
+        if not self._session.worth_aborting(exc):
             return
         try:
             self.abort_transaction(timeout)
         except EosError as abort_error:
             exc.add_note(f"abort_transaction() after the failure also failed: {abort_error!r}")
 
-    def _finish(self, state: State, seconds: float) -> None:
-        """close()'s attempt to leave nothing open behind."""
-        if not self.config.transactional:
+    def _finish(self, left: str | None, seconds: float) -> None:
+        """close()'s attempt to leave nothing open behind (``left``: what
+        :meth:`ProducerSession.left_open` said)."""
+        if left == "flush":
             self.flush(seconds)
-        elif state in (State.IN_TRANSACTION, State.ABORTABLE_ERROR, State.ABORTING):
+        elif left == "abort":
             log.info("close(): aborting the open transaction")
             self.abort_transaction(seconds)
-        elif state is State.COMMITTING:
+        elif left == "commit":
             self.commit_transaction(seconds)
 
 
-def _config(given: dict[str, Any], config: Mapping[str, object] | ProducerConfig | None,
-            ) -> ProducerConfig:
-    if isinstance(config, ProducerConfig):
-        extra = sorted(k for k, v in given.items() if v is not None)
-        if extra:
-            raise ConfigError("pass settings either in the ProducerConfig or as keywords, "
-                              f"not both: {', '.join(extra)}", key=extra[0])
-        return config
-    return build(ProducerConfig, given, config)
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-_time_ns, _monotonic = time.time_ns, time.monotonic  # module globals: the hot path looks them up
+def send_run(producer: TransactionalProducer, topic: str, values: Sequence[object],
+             keys: Sequence[object] | None, headers: list[list[Header]]) -> None:
+    """The processor's copies: :meth:`TransactionalProducer.send_batch` for records whose
+    headers it made (``eos.src``), so they are not checked again
+    (:meth:`ProducerSession.send_run <eosclient._producer.session.ProducerSession.send_run>`)."""
+    producer._session.send_run(topic, values, keys, headers)

@@ -103,7 +103,7 @@ def test_send_refuses_a_bad_timestamp_before_anything_is_queued() -> None:
     try:
         with pytest.raises(RecordTypeError, match="timestamp_ms"):
             producer.send("t", b"v", timestamp_ms=2**63)
-        assert producer._acc.unsent_records() == 0
+        assert producer._sender.acc.unsent_records() == 0
     finally:
         producer.close(0)
 

@@ -1,11 +1,13 @@
 """Which partition a record goes to, checked against the topic's metadata (under the lock).
 
-Private to :mod:`eosclient.producer`. The producer's state is checked first, so a call that
-would be refused anyway never waits for metadata. A keyed or keyless record without a partition
-needs the topic's partition count, and a record with an explicit partition is checked against
-it (a partition the topic does not have fails at ``send()``, before anything is queued, as in
-Java); so the first record of a topic waits for its metadata (at most ``max.block.ms``,
-releasing the lock meanwhile).
+Private to the producer session (:mod:`eosclient._producer.session`). The producer's state is
+checked first, so a call that would be refused anyway never waits for metadata. A keyed or
+keyless record without a partition needs the topic's partition count, and a record with an
+explicit partition is checked against it (a partition the topic does not have fails at
+``send()``, before anything is queued, as in Java); so the first record of a topic waits for its
+metadata (at most ``max.block.ms``, releasing the lock meanwhile). That wait is written once, as
+steps (:meth:`Router.partition_count`): the sync front's ``send`` drives them in place, the
+asyncio front awaits them before it calls ``send``.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from eosclient._core.encoder import Header
 from eosclient._core.partitioner import default_partitioner
 from eosclient._core.txn import IDEMPOTENT_TABLE, TRANSACTIONAL_TABLE, Input
 from eosclient._core.types import TopicPartition
+from eosclient._net.steps import Steps, wait_until
 from eosclient._producer import args
 from eosclient._producer.sender import Sender
-from eosclient.errors import IllegalStateError, KafkaTimeoutError, UnknownPartitionError
+from eosclient.errors import IllegalStateError, UnknownPartitionError
 
 __all__ = ["Router"]
 
@@ -218,62 +221,47 @@ class Router:
                  None if headers is None else headers[run * per_batch:(run + 1) * per_batch])
                 for run in range(runs)]
 
-    def await_buffer(self, topic: str) -> None:
-        """Wait (the lock released, at most ``max.block.ms``) while the batches not yet
-        acknowledged hold ``buffer.memory``; the I/O thread frees it as answers come.
-
-        Raises:
-            KafkaTimeoutError: still full after ``max.block.ms``; nothing was queued.
-            IllegalStateError: called in a delivery callback, or the producer was closed.
-            EosError: the state refuses sends (see :meth:`check_state`).
-        """
-        budget = self._acc.budget
-        self._sender.refuse_to_wait("send")
-        deadline = time.monotonic() + self._max_block
-        self._sender.wake()
-        while budget.full:
-            self._sender.check_alive()
-            self.check_state(topic)  # close() or an abort from another thread ends the wait
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise KafkaTimeoutError(
-                    f"buffer.memory ({budget.limit} bytes) still held by batches not yet "
-                    f"acknowledged after max.block.ms ({self._max_block * 1000:g} ms); "
-                    "nothing was queued")
-            self._sender.changed.wait(remaining)
-
-    def partitions(self, topic: str, check: Callable[[], None]) -> list[TopicPartition]:
-        """``topic``'s partitions, waiting up to ``max.block.ms`` for its metadata (under the
-        lock); ``check()`` raises to end the wait (the producer closed).
+    def partition_count(self, topic: str, check: Callable[[str], None] | None = None,
+                        ) -> Steps[int]:
+        """``topic``'s partition count, its metadata asked for and waited for (at most
+        ``max.block.ms``) if not known yet. ``check(topic)`` (default :meth:`check_state`)
+        raises to end the wait: close() or an abort from another thread.
 
         Raises:
             KafkaTimeoutError: the metadata did not come in time (chained from why).
-            EosError: the metadata answer carried a non-retriable error for the topic.
+            EosError: the metadata answer carried a non-retriable error for the topic, or
+                ``check`` raised.
         """
-        count = self._metadata.partition_count(topic)
-        if count is None:
-            count = self._await_metadata(topic, lambda _: check())
-        return [TopicPartition(topic, p) for p in range(count)]
-
-    def _await_metadata(self, topic: str,
-                        check: Callable[[str], None] | None = None) -> int:
+        metadata = self._metadata
+        count = metadata.partition_count(topic)
+        if count is not None:
+            return count
         # The one way a topic of send() gets into a request (Metadata, then Produce): its
         # name is checked against the wire here, off send()'s hot path (RecordTypeError).
         args.topic_of(topic)
-        self._sender.refuse_to_wait("send")
         deadline = time.monotonic() + self._max_block
-        self._metadata.want((topic,))
-        self._sender.wake()
-        while (count := self._metadata.partition_count(topic)) is None:
+        metadata.want((topic,))
+
+        def check_topic() -> None:
             self._sender.check_alive()
-            (check or self.check_state)(topic)  # close() from another thread ends the wait
-            error = self._metadata.topic_error(topic)
+            (check or self.check_state)(topic)
+            error = metadata.topic_error(topic)
             if error is not None:
                 raise error
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise KafkaTimeoutError(f"topic {topic!r} not in the metadata after "
-                                        f"max.block.ms ({self._max_block * 1000:g} ms)"
-                                        ) from self._sender.client.connect_failure
-            self._sender.changed.wait(remaining)
-        return count
+
+        yield from wait_until(
+            self._sender, lambda: metadata.partition_count(topic) is not None, deadline,
+            f"Metadata for topic {topic!r}", check_topic,
+            unchanged=f"the topic is not known after max.block.ms ({self._max_block * 1000:g} ms)")
+        return metadata.partition_count(topic) or 0  # (known now: ready said so)
+
+    def _await_metadata(self, topic: str) -> int:
+        """:meth:`partition_count` in ``send()`` on the sync front (under the lock).
+
+        Raises:
+            WouldWait: an event loop runs the turns (it awaits ``room`` first); nothing
+                changed.
+        """
+        args.topic_of(topic)  # (a bad name is that, even where waiting is refused)
+        self._sender.refuse_to_wait("send")
+        return self._sender.drive(self.partition_count(topic))

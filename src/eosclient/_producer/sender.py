@@ -39,9 +39,10 @@ connection closed *before* it is reported with ``on_batch_expired``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 from eosclient._core.accumulator import AccumulatorSettings, Appender, RecordAccumulator
 from eosclient._core.txn import (
@@ -54,6 +55,8 @@ from eosclient._core.txn import (
 from eosclient._core.types import NO_IDENTITY
 from eosclient._net.client import Answer, NetworkClient
 from eosclient._net.io_thread import IoThread, stopped_error
+from eosclient._net.steps import Steps
+from eosclient._net.steps import drive as drive_steps
 from eosclient._producer.produce import ProduceLane
 from eosclient._producer.results import DeliveryFuture, publish
 from eosclient.config import ProducerConfig
@@ -67,6 +70,8 @@ log = logging.getLogger("eosclient.producer")
 _MAX_SLEEP = 1.0  # seconds: liveness bound (delivery expiry, missed wakeups)
 _EXPIRY_EVERY = 0.1  # seconds between delivery-timeout sweeps
 _JOIN_TIMEOUT = 10.0
+
+_T = TypeVar("_T")
 
 
 class WouldWait(IllegalStateError):
@@ -123,6 +128,14 @@ class Sender(IoThread):
             message = (f"{call}() cannot wait inside a delivery callback, which runs on the "
                        "producer's I/O thread; call it from another thread")
             raise WouldWait(message) if self.loop_driven else IllegalStateError(message)
+
+    def drive(self, steps: Steps[_T]) -> _T:
+        """Carry ``steps`` out on the application's thread, which holds :attr:`lock` (the sync
+        front; :func:`eosclient._net.steps.drive`). Steps that end early (a KeyboardInterrupt
+        in a wait) are closed at once, so what they undo on the way out (flush's count) is
+        undone then, not when the traceback is dropped."""
+        with contextlib.closing(steps):
+            return drive_steps(steps, self)
 
     def check_alive(self) -> None:
         """Raise if the I/O thread died of a bug.

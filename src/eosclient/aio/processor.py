@@ -25,7 +25,7 @@ from eosclient._processor.core import CopyRun, Item, Output, ProcessorCore, Proc
 from eosclient._processor.stats import ProcessorStats
 from eosclient._processor.steps import Ports, Steps, call
 from eosclient.aio.consumer import AsyncReadCommittedConsumer
-from eosclient.aio.producer import AsyncTransactionalProducer
+from eosclient.aio.producer import AsyncTransactionalProducer, send_many, send_run
 from eosclient.config import ConsumerConfig, ProducerConfig
 from eosclient.consumer import ConsumerRecord
 
@@ -186,12 +186,12 @@ class _Ports:
     async def send_all(self, topic: str, items: list[Item]) -> None:
         # A cancellation between two records leaves the first queued: the steps abort the
         # transaction then, so none of them commits.
-        await self._need(self.producer)._send_many(topic, items)
+        await send_many(self._need(self.producer), topic, items)
 
     async def send_copies(self, topic: str, runs: list[CopyRun]) -> None:
         producer = self._need(self.producer)
         for values, keys, headers in runs:
-            await producer._send_run(topic, values, keys, headers)
+            await send_run(producer, topic, values, keys, headers)
 
     async def probe(self, topic: str, headers: list[tuple[str, bytes]]) -> None:
         producer = self._need(self.producer)

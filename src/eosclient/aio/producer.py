@@ -1,15 +1,17 @@
-"""The asyncio transactional producer: the sync producer's core, driven by the event loop.
+"""The asyncio transactional producer: the producer session, driven by the event loop.
 
-Shape: an :class:`AsyncTransactionalProducer` holds a :class:`~eosclient.TransactionalProducer`
-whose I/O thread is never started; a :class:`~eosclient._net.loop_driver.LoopDriver` runs that
-producer's turns (the transaction core, the accumulator, Produce requests) from the event loop
-instead. Calls that never wait (``begin_transaction``, ``send_offsets_to_transaction``, the
-enqueue of ``send``) are the sync producer's own methods, unchanged; calls that wait
-(``init_transactions``, ``commit_transaction``, ``abort_transaction``, ``flush``, ``close``,
-and ``send`` while a topic's metadata or ``buffer.memory`` is awaited) await the core's
-:class:`~eosclient._core.txn.Completion` (or the condition) between turns instead of blocking on
-a condition variable. So the settings, errors and state rules are the sync producer's, not a
-copy of them.
+Shape: an :class:`AsyncTransactionalProducer` holds a
+:class:`~eosclient._producer.session.ProducerSession` (the very one the sync
+:class:`~eosclient.TransactionalProducer` holds) whose I/O thread is never started; a
+:class:`~eosclient._net.loop_driver.LoopDriver` runs its turns (the transaction core, the
+accumulator, Produce requests) from the event loop instead. Calls that never wait
+(``begin_transaction``, ``send_offsets_to_transaction``, the enqueue of ``send``) are the
+session's, unchanged; calls that wait (``init_transactions``, ``commit_transaction``,
+``abort_transaction``, ``flush``, ``prepare_transaction``, ``close``, ``partitions_for``, and
+``send`` while a topic's metadata or ``buffer.memory`` is awaited) are the session's steps, the
+same the sync front drives, carried out with :func:`~eosclient._net.steps.adrive`: each wait an
+``await`` between turns instead of a wait on a condition variable. So the settings, errors and
+state rules are the sync producer's, not a copy of them.
 
 Every method must be called from the event loop the producer was created in; the producer is
 created inside a running loop (``async with AsyncTransactionalProducer(...)`` or ``await
@@ -29,7 +31,7 @@ import contextlib
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Generic, TypeVar
 
@@ -39,24 +41,17 @@ from eosclient._core.encoder import Header
 from eosclient._core.partitioner import Partitioner
 from eosclient._core.prepared import PreparedTransaction
 from eosclient._core.records import Serializer
-from eosclient._core.txn import Completion, State
 from eosclient._core.types import TopicPartition
 from eosclient._net.loop_driver import LoopDriver
+from eosclient._net.steps import Steps, adrive
 from eosclient._producer import args
 from eosclient._producer.results import RecordFuture, RecordMetadata
 from eosclient._producer.sender import WouldWait
+from eosclient._producer.session import ProducerSession, TxnCall
 from eosclient._stats_reporter import LoopStatsReporter
 from eosclient.config import ProducerConfig
-from eosclient.errors import (
-    AbortableError,
-    EosError,
-    FatalError,
-    FencedError,
-    IllegalStateError,
-    KafkaTimeoutError,
-)
+from eosclient.errors import AbortableError, EosError, IllegalStateError
 from eosclient.group_metadata import ConsumerGroupMetadata
-from eosclient.producer import TransactionalProducer, _config
 from eosclient.stats import ClientStats
 
 __all__ = ["AsyncTransactionalProducer", "Delivery"]
@@ -64,8 +59,6 @@ __all__ = ["AsyncTransactionalProducer", "Delivery"]
 log = logging.getLogger("eosclient.producer")
 
 _T = TypeVar("_T")
-_GRACE = 1.0  # seconds past a deadline before a caller stops waiting (the core's own comes first)
-_DEAD = frozenset({State.FENCED, State.FATAL, State.CLOSED})
 
 
 class Delivery(Generic[_T]):
@@ -115,10 +108,10 @@ class Delivery(Generic[_T]):
 
 
 class _RecordDelivery(Delivery[RecordMetadata]):
-    """``send()``'s :class:`Delivery`, made by the sync producer's ``send()`` in place of its
-    :class:`~eosclient._producer.results.RecordFuture`: one object a record, not a future and
-    a Delivery around it (60-100 ns a record). It holds the record's place in its batch; a
-    RecordFuture is made only when the delivery is awaited or read."""
+    """``send()``'s :class:`Delivery`, made by the session's ``send()`` in place of the sync
+    front's :class:`~eosclient._producer.results.RecordFuture`: one object a record, not a
+    future and a Delivery around it (60-100 ns a record). It holds the record's place in its
+    batch; a RecordFuture is made only when the delivery is awaited or read."""
 
     __slots__ = ("_delta", "_outcome", "_stamp")
 
@@ -175,9 +168,8 @@ class AsyncTransactionalProducer:
         config: Mapping[str, object] | ProducerConfig | None = None,
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
-        self.config = _config(given, config)
-        self._sync = TransactionalProducer._unstarted(self.config)
-        self._sync._record_handle = _RecordDelivery
+        self.config = args.config_of(given, config)
+        self._session = ProducerSession(self.config, record_handle=_RecordDelivery)
         self._driver: LoopDriver | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -185,12 +177,12 @@ class AsyncTransactionalProducer:
     async def start(self) -> None:
         """Start driving the producer from the running loop (idempotent; never waits)."""
         if self._driver is None:
-            self._driver = LoopDriver(self._sync._sender)
+            self._driver = LoopDriver(self._session.sender)
             self._driver.start()
             cfg = self.config
-            if cfg.stats_cb is not None:  # stopped by the sync producer's close()
-                self._sync._reporter = LoopStatsReporter(cfg.statistics_interval_ms / 1000,
-                                                         self.stats, cfg.stats_cb)
+            if cfg.stats_cb is not None:  # stopped by the session's shut_down()
+                self._session.reporter = LoopStatsReporter(cfg.statistics_interval_ms / 1000,
+                                                           self.stats, cfg.stats_cb)
 
     async def __aenter__(self) -> AsyncTransactionalProducer:
         await self.start()
@@ -203,26 +195,23 @@ class AsyncTransactionalProducer:
         """As :meth:`TransactionalProducer.close`: finish or abort what is open (within
         ``timeout``, default ``max.block.ms``), fail what is left, close the connections.
         Idempotent; failures on the way are logged, not raised."""
-        sync = self._sync
-        if sync._closed:
+        session = self._session
+        if session.closed:
             return
         seconds = timeout_of(timeout, self.config.max_block_ms)
         deadline = time.monotonic() + seconds
         if self._driver is None:  # never started: nothing was sent
-            sync._sender.stop()
-            sync._closed = True
-            sync._finalizer.detach()
-            sync._sender.client.close()
+            session.close_unstarted()
             return
-        with sync._lock:
-            state = sync._core.state
-            sync._closing = True
+        state = session.start_closing()
+        if state is None:
+            return
         try:
-            await self._finish(state, max(0.0, deadline - time.monotonic()))
+            await self._finish(session.left_open(state), max(0.0, deadline - time.monotonic()))
         except EosError as exc:
             log.warning("close(): %s; failing what is left", exc)
         finally:
-            sync.close(0)  # on the loop's thread: it only stops (no waiting)
+            session.shut_down()  # on the loop's thread: it only stops (no waiting)
             await self._driver.stopped_after(max(1.0, deadline - time.monotonic()))
 
     # -- transactions ---------------------------------------------------------------------------
@@ -230,13 +219,13 @@ class AsyncTransactionalProducer:
     async def init_transactions(self, timeout: float | None = None) -> None:
         """As :meth:`TransactionalProducer.init_transactions`; cancelled, it resumes when
         called again."""
-        await self._blocking(self._sync._core.init, timeout)
+        await self._blocking("init", timeout)
 
     def begin_transaction(self, partitions: Iterable[TopicPartition] | None = None,
                           group_id: str | None = None) -> None:
         """As :meth:`TransactionalProducer.begin_transaction` (never waits)."""
         self._driving()
-        self._sync.begin_transaction(partitions, group_id)
+        self._session.begin(args.partitions_of(partitions), args.group_id_of(group_id))
 
     def send_offsets_to_transaction(
         self,
@@ -246,17 +235,18 @@ class AsyncTransactionalProducer:
         """As :meth:`TransactionalProducer.send_offsets_to_transaction` (never waits; its
         errors surface at ``commit_transaction()``)."""
         self._driving()
-        self._sync.send_offsets_to_transaction(offsets, group_metadata_or_group_id)
+        checked = args.offsets_of(offsets)
+        self._session.send_offsets(checked, args.group_of(group_metadata_or_group_id))
 
     async def commit_transaction(self, timeout: float | None = None) -> None:
         """As :meth:`TransactionalProducer.commit_transaction`. Cancelled (or timed out), the
         commit goes on; calling it again resumes the same commit."""
-        await self._blocking(self._sync._core.commit, timeout)
+        await self._blocking("commit", timeout)
 
     async def abort_transaction(self, timeout: float | None = None) -> None:
         """As :meth:`TransactionalProducer.abort_transaction`; cancelled, it resumes when
         called again."""
-        await self._blocking(self._sync._core.abort, timeout)
+        await self._blocking("abort", timeout)
 
     @contextlib.asynccontextmanager
     async def transaction(self, partitions: Iterable[TopicPartition] | None = None,
@@ -283,21 +273,11 @@ class AsyncTransactionalProducer:
         and hand it over without ending it (:func:`~eosclient.end_prepared` ends it); then
         the producer is closed. Cancelled or timed out before the hand-over, the producer is
         still open with its transaction: call again, or close it (which aborts)."""
-        driver, sync = self._driving(), self._sync
+        driver = self._driving()
         seconds = timeout_of(timeout, self.config.max_block_ms)
         deadline = time.monotonic() + seconds
-        await self.flush(seconds)
-        sync._check_open()
-        while not sync._prepared_yet():
-            sync._sender.check_alive()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise sync._not_prepared(seconds)
-            await driver.changed(remaining)
-        with sync._lock:
-            prepared = sync._hand_over()
+        prepared = await adrive(self._session.prepare(deadline, seconds), driver)
         await driver.stopped_after(max(1.0, deadline - time.monotonic()))
-        sync._finalizer.detach()
         return prepared
 
     # -- records --------------------------------------------------------------------------------
@@ -316,13 +296,13 @@ class AsyncTransactionalProducer:
         Raises:
             EosError: as :meth:`TransactionalProducer.send`; nothing was queued.
         """
-        sync, driver = self._sync, self._driver
+        session, driver = self._session, self._driver
         if driver is None or not driver.here():
             driver = self._driving()  # raises: not started, or called from another thread
-        opened = sync._opened
+        opened = session.opened
         while True:
             try:
-                delivery: Delivery[RecordMetadata] = sync.send(  # type: ignore[assignment]
+                delivery: Delivery[RecordMetadata] = session.send(
                     topic, value, key, partition=partition, headers=headers,
                     timestamp_ms=timestamp_ms)
                 break
@@ -330,33 +310,13 @@ class AsyncTransactionalProducer:
                 if not await self._await_room(topic):
                     raise  # it would wait for something else: a bug, not a hang
         # Nothing is awaited after the record is queued: a cancellation never comes after it.
-        if sync._opened != opened:  # it opened a batch, and the one before it may be full:
+        if session.opened != opened:  # it opened a batch, and the one before it may be full:
             # a turn sends that now, as the sync producer's I/O thread would, while the caller
             # goes on queueing (at most a turn a millisecond); else a loop that never yields
             # sends everything at its commit. (With 16 KiB batches a turn per batch cost 1.2 us
             # a record; with batch.size's 1 MB, it is a turn per ~9,000 records of 100 bytes.)
             driver.pump()
         return delivery  # a _RecordDelivery (see __init__)
-
-    async def _send_many(self, topic: str,
-                         items: Iterable[tuple[object, object, int | None,
-                                               Sequence[tuple[str, Any]]]]) -> None:
-        """Queue ``(value, key, partition, headers)`` records as :meth:`send` does, without a
-        coroutine and a :class:`Delivery` each (the asyncio processor's writes: 15% of its
-        throughput). Waits only as :meth:`send` does, before a record is queued. (A turn
-        between records, so that full batches go out meanwhile, measured no faster: the
-        batches go out at the task's next await.)"""
-        self._driving()
-        sync = self._sync
-        send = sync.send
-        for value, key, partition, headers in items:
-            while True:
-                try:
-                    send(topic, value, key, partition=partition, headers=headers)
-                    break
-                except WouldWait:  # as in send(): nothing was queued
-                    if not await self._await_room(topic):
-                        raise
 
     async def send_and_wait(self, topic: str, value: object, key: object = None, *,
                             partition: int | None = None,
@@ -375,58 +335,30 @@ class AsyncTransactionalProducer:
         """Queue many records at once, as :meth:`TransactionalProducer.send_batch`; nothing
         was queued if it raises."""
         await self._await_room(args.topic_of(topic))
-        delivery = Delivery(self._sync.send_batch(topic, values, keys, partition,
-                                                  headers=headers))
+        delivery = Delivery(self._session.send_batch(topic, values, keys, partition, headers))
         self._driving().pump()  # the full batches go out now (no await: see send)
         return delivery
-
-    async def _send_run(self, topic: str, values: Sequence[object],
-                        keys: Sequence[object] | None, headers: list[list[Header]]) -> None:
-        """As :meth:`send_batch` for records whose headers the caller made (the asyncio
-        processor's copy): ``TransactionalProducer._send_run``."""
-        await self._await_room(args.topic_of(topic))
-        self._sync._send_run(topic, values, keys, headers)
-        self._driving().pump()  # the full batches go out now (no await: see send)
 
     async def partitions_for(self, topic: str) -> list[TopicPartition]:
         """As :meth:`TransactionalProducer.partitions_for`."""
         args.topic_of(topic)
-        sync = self._sync
-        await self._await_metadata(topic, check=sync._check_open)
-        with sync._lock:  # the metadata is in: this never waits
-            sync._check_open()
-            return sync._router.partitions(topic, sync._check_open)
+        return await self._run(self._session.partitions(topic))
 
     async def flush(self, timeout: float | None = None) -> None:
         """As :meth:`TransactionalProducer.flush`: wait until every queued record is written
         or failed (returns early if the open transaction failed)."""
-        driver, sync = self._driving(), self._sync
+        driver = self._driving()
         seconds = timeout_of(timeout, self.config.max_block_ms)
         deadline = time.monotonic() + seconds
-        sync._check_open()
-        sender = sync._sender
-        sender.flushing += 1
-        sender.wake()
-        try:
-            while sender.incomplete() and sync._core.state is not State.ABORTABLE_ERROR:
-                sender.check_alive()
-                sync._check_reachable("flush")
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise KafkaTimeoutError(f"flush(): records still pending after "
-                                            f"{seconds:g} s; they stay queued"
-                                            ) from sender.client.connect_failure
-                await driver.changed(remaining)
-        finally:
-            sender.flushing -= 1
+        await adrive(self._session.flush(deadline, seconds), driver)
 
     def stats(self) -> ClientStats:
         """As :meth:`TransactionalProducer.stats` (``stats_cb`` is called with it every
         ``statistics.interval.ms`` from the loop; a coroutine function's runs as a task)."""
-        return self._sync.stats()
+        return self._session.stats()
 
     def __repr__(self) -> str:
-        return "<Async" + repr(self._sync)[1:]
+        return f"<AsyncTransactionalProducer {self._session.describe()}>"
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -437,110 +369,87 @@ class AsyncTransactionalProducer:
         self._driver.check_thread("producer")
         return self._driver
 
-    async def _blocking(self, call: Callable[[float, float], Completion],
-                        timeout: float | None) -> None:
-        """Run a core call that returns a Completion, and await it; a cancelled wait leaves
-        the call to be resumed, as a timeout does (:meth:`TransactionCore.abandon`)."""
-        driver, sync = self._driving(), self._sync
+    async def _run(self, steps: Steps[_T]) -> _T:
+        """Carry ``steps`` out on the loop (refused, and never started, if not driving)."""
+        try:
+            driver = self._driving()
+        except BaseException:
+            steps.close()
+            raise
+        return await adrive(steps, driver)
+
+    async def _blocking(self, call: TxnCall, timeout: float | None) -> None:
+        """Make a transaction call and await it; a cancelled wait leaves the call to be
+        resumed, as a timeout does (:meth:`TransactionCore.abandon`)."""
+        driver, session = self._driving(), self._session
         seconds = timeout_of(timeout, self.config.max_block_ms)
-        sync._check_open()
-        now = time.monotonic()
-        sync._shortcuts.clear()  # the state changes: send() must ask the core again
-        completion = call(now, now + seconds)
+        deadline = time.monotonic() + seconds
+        completion = session.transaction_call(call, deadline)
         # Its first requests go out now, not after a trip through the loop; and a turn runs
         # again once the loop is reached even if pump() did not turn (one turned less than
         # a millisecond ago): else the batches a commit flushes waited for the timer that
         # turn set, linger.ms, about 5 ms a transaction.
-        sync._sender.wake()
         driver.pump()
         try:
-            while not completion.done:
-                sync._sender.check_alive()
-                sync._check_reachable(completion.call.value)
-                remaining = now + seconds + _GRACE - time.monotonic()
-                if remaining <= 0:
-                    raise KafkaTimeoutError(f"{completion.call.value}: the deadline passed; the "
-                                            "work goes on, call again to resume"
-                                            ) from sync._sender.client.connect_failure
-                await driver.changed(remaining)
+            await adrive(session.completed(completion, deadline), driver)
         except BaseException:
-            sync._core.abandon(completion)
+            session.abandon(completion)
             raise
-        completion.result()
 
     async def _await_room(self, topic: str) -> bool:
         """Wait (before anything is queued) for what ``send`` would block on: the topic's
-        metadata and free ``buffer.memory``. Either way the sync ``send`` then never waits.
-        Returns whether there was anything to wait for."""
-        self._driving()
-        sync = self._sync
+        metadata and free ``buffer.memory``. Either way the session's ``send`` then never
+        waits. Returns whether there was anything to wait for."""
+        driver = self._driving()
         if type(topic) is not str:
             args.topic_of(topic)  # raises
-        waited = False
-        if sync._metadata.partition_count(topic) is None:
-            await self._await_metadata(topic)
-            waited = True
-        if sync._budget.full:
-            await self._await_buffer(topic)
-            waited = True
-        return waited
-
-    async def _await_metadata(self, topic: str,
-                              check: Callable[[], None] | None = None) -> None:
-        driver, sync = self._driving(), self._sync
-        router, metadata = sync._router, sync._metadata
-        args.topic_of(topic)
-        max_block = self.config.max_block_ms / 1000
-        deadline = time.monotonic() + max_block
-        metadata.want((topic,))
-        sync._sender.wake()
-        while metadata.partition_count(topic) is None:
-            sync._sender.check_alive()
-            if check is None:
-                router.check_state(topic)  # an abort or close() meanwhile ends the wait
-            else:
-                check()
-            error = metadata.topic_error(topic)
-            if error is not None:
-                raise error
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise KafkaTimeoutError(f"topic {topic!r} not in the metadata after "
-                                        f"max.block.ms ({max_block * 1000:g} ms)"
-                                        ) from sync._sender.client.connect_failure
-            await driver.changed(remaining)
-
-    async def _await_buffer(self, topic: object) -> None:
-        driver, sync = self._driving(), self._sync
-        budget = sync._acc.budget
-        max_block = self.config.max_block_ms / 1000
-        deadline = time.monotonic() + max_block
-        sync._sender.wake()
-        while budget.full:
-            sync._sender.check_alive()
-            sync._router.check_state(str(topic))
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise KafkaTimeoutError(
-                    f"buffer.memory ({budget.limit} bytes) still held by batches not yet "
-                    f"acknowledged after max.block.ms ({max_block * 1000:g} ms); "
-                    "nothing was queued")
-            await driver.changed(remaining)
+        return await adrive(self._session.room(topic), driver)
 
     async def _abort_after(self, exc: BaseException, timeout: float | None) -> None:
-        if isinstance(exc, FencedError | FatalError) or self._sync._core.state in _DEAD:
+        if not self._session.worth_aborting(exc):
             return
         try:
             await self.abort_transaction(timeout)
         except EosError as abort_error:
             exc.add_note(f"abort_transaction() after the failure also failed: {abort_error!r}")
 
-    async def _finish(self, state: State, seconds: float) -> None:
-        """close()'s attempt to leave nothing open behind."""
-        if not self.config.transactional:
+    async def _finish(self, left: str | None, seconds: float) -> None:
+        """close()'s attempt to leave nothing open behind (``left``: what
+        :meth:`ProducerSession.left_open` said)."""
+        if left == "flush":
             await self.flush(seconds)
-        elif state in (State.IN_TRANSACTION, State.ABORTABLE_ERROR, State.ABORTING):
+        elif left == "abort":
             log.info("close(): aborting the open transaction")
             await self.abort_transaction(seconds)
-        elif state is State.COMMITTING:
+        elif left == "commit":
             await self.commit_transaction(seconds)
+
+
+async def send_run(producer: AsyncTransactionalProducer, topic: str, values: Sequence[object],
+                   keys: Sequence[object] | None, headers: list[list[Header]]) -> None:
+    """The asyncio processor's copies: :meth:`AsyncTransactionalProducer.send_batch` for
+    records whose headers it made (``eos.src``), so they are not checked again
+    (:meth:`ProducerSession.send_run <eosclient._producer.session.ProducerSession.send_run>`)."""
+    await producer._await_room(args.topic_of(topic))
+    producer._session.send_run(topic, values, keys, headers)
+    producer._driving().pump()  # the full batches go out now (no await: see send)
+
+
+async def send_many(producer: AsyncTransactionalProducer, topic: str,
+                    items: Iterable[tuple[object, object, int | None,
+                                          Sequence[tuple[str, Any]]]]) -> None:
+    """Queue ``(value, key, partition, headers)`` records as
+    :meth:`AsyncTransactionalProducer.send` does, without a coroutine and a :class:`Delivery`
+    each (the asyncio processor's writes: 15% of its throughput). Waits only as ``send`` does,
+    before a record is queued. (A turn between records, so that full batches go out
+    meanwhile, measured no faster: the batches go out at the task's next await.)"""
+    producer._driving()
+    send = producer._session.send
+    for value, key, partition, headers in items:
+        while True:
+            try:
+                send(topic, value, key, partition=partition, headers=headers)
+                break
+            except WouldWait:  # as in send(): nothing was queued
+                if not await producer._await_room(topic):
+                    raise
