@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,9 +69,11 @@ def runnable(page: Path) -> list[Snippet]:
 
 
 def run_alone(snippet: Snippet, replace: dict[str, str], cwd: Path, *,
-              python: str = sys.executable, timeout: float = 300.0) -> None:
-    """Run one block in a fresh interpreter (``python``) in ``cwd``, each text in ``replace``
-    replaced; a failure names the block's page and line and shows its stderr.
+              python: str = sys.executable, env: Mapping[str, str] | None = None,
+              timeout: float = 300.0) -> None:
+    """Run one block in a fresh interpreter (``python``, this one by default; ``env``, this
+    process's by default) in ``cwd``, each text in ``replace`` replaced; a failure names the
+    block's page and line and shows its stderr.
 
     Raises:
         AssertionError: the block exited with an error.
@@ -81,7 +84,8 @@ def run_alone(snippet: Snippet, replace: dict[str, str], cwd: Path, *,
     path = cwd / snippet.file_name
     path.write_text(code)
     done = subprocess.run([python, str(path)], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                          timeout=timeout, check=False,
+                          env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"})
     assert done.returncode == 0, (f"{snippet.where} fails as copied, alone in a fresh "
                                   f"interpreter:\n{done.stderr[-4000:]}")
 
