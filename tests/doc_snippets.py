@@ -6,9 +6,11 @@ page's order against one broker, so a later block may read what an earlier one w
 reader's would. The address ``127.0.0.1:9092`` is replaced by the test broker's. A comment line
 right before the fence changes that:
 
-    <!-- snippet: fragment -->      a part of a program, shown on its own: not run (only
-                                    compiled); the page's text must say what it belongs to
-    <!-- snippet: skip REASON -->   cannot run here (a real cluster, credentials); REASON says why
+    <!-- snippet: fragment WHAT --> a part of a program, shown on its own: not run (only
+                                    compiled); WHAT says what it is part of, or what it lacks
+    <!-- snippet: skip REASON -->   a whole program that cannot run here (a real cluster,
+                                    credentials); REASON says why. It is still checked for
+                                    undefined names and with mypy --strict (tests/unit)
     <!-- snippet: spark -->         runs in tests/spark with the name ``spark``, a Spark session
                                     (in-process: a Spark session per block would take minutes)
 """

@@ -31,6 +31,6 @@ def test_every_block_either_runs_or_says_why_not() -> None:
     marks = [s for page in PAGES for s in snippets(page) if s.mark]
     for snippet in marks:
         assert snippet.mark in MARKS, f"{snippet.where}: unknown mark {snippet.mark}"
-        if snippet.mark == "skip":
-            assert len(snippet.why) > 10, f"{snippet.where}: a skipped block must say why"
+        if snippet.mark in ("skip", "fragment"):
+            assert len(snippet.why) > 10, f"{snippet.where}: a {snippet.mark} must say why"
     assert sum(len(snippets(page)) for page in PAGES) > 10  # the pattern still finds blocks
