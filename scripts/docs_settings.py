@@ -1,8 +1,10 @@
-"""The settings reference page, drawn from the config dataclasses at every docs build.
+"""The settings reference page, drawn from the config dataclasses.
 
-mkdocs.yml runs this with mkdocs-gen-files, which writes ``settings.md`` into the site (it is
-never in the repository, so it cannot drift from ``eosclient/config.py``). Run it alone to print
-the page: ``.venv/bin/python scripts/docs_settings.py``.
+``scripts/gen_docs.py`` writes it to ``docs/settings.md`` and the tests check that the page is
+current (``gen_docs.py --check``), so it cannot drift from ``eosclient/config.py``. It is in the
+repository, not made at site build time, so that the links to it work where the pages are read
+as they are (a repository browser, a checkout). Run this alone to print the page:
+``.venv/bin/python scripts/docs_settings.py``.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from eosclient.config import AdminConfig, ClientConfig, ConsumerConfig, Producer
 _INTRO = """\
 # Settings reference
 
-Generated from `eosclient/config.py` when the site is built. Every setting can be given by its
-Kafka (or librdkafka) key in `config={...}`, or as a keyword where the constructor has one; the
-config objects (`producer.config`, `consumer.config`) carry it as the attribute named here. A
-mistyped key fails at construction, naming the nearest known key. Settings marked *eosclient*
-in their description are this client's own.
+Generated from `eosclient/config.py` by `scripts/gen_docs.py`; do not edit by hand. Every
+setting can be given by its Kafka (or librdkafka) key in `config={...}`, or as a keyword where
+the constructor has one; the config objects (`producer.config`, `consumer.config`) carry it as
+the attribute named here. A mistyped key fails at construction, naming the nearest known key.
+Settings marked *eosclient* in their description are this client's own.
 """
 
 _SECTIONS: tuple[tuple[str, type[ClientConfig], str], ...] = (
@@ -69,8 +71,3 @@ def _default(spec: dataclasses.Field[Any]) -> str:
 
 if __name__ == "__main__":
     print(settings_markdown(), end="")
-else:  # mkdocs-gen-files runs it during the build
-    import mkdocs_gen_files
-
-    with mkdocs_gen_files.open("settings.md", "w") as page:
-        page.write(settings_markdown())

@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from docs_settings import settings_markdown  # this directory: run as a script
+
 from eosclient._core._txn_table import producer_states_markdown
 from eosclient.errors import (
     AbortableError,
@@ -70,6 +72,7 @@ def _kind_label(kind: type[EosError]) -> str:
 PAGES: dict[str, Callable[[], str]] = {
     "errors.md": render_errors,
     "producer-states.md": producer_states_markdown,
+    "settings.md": settings_markdown,
 }
 
 

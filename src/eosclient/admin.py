@@ -107,6 +107,7 @@ _LATEST: Final = "latest"
 _READ_COMMITTED: Final = 1
 _NO_LEADER: Final = -1
 _UNKNOWN_TOPIC: Final = 3
+_TOPIC_ALREADY_EXISTS: Final = 36
 _TRANSACTIONAL_ID_NOT_FOUND: Final = 105
 _CLOSE_WAIT: Final = 5.0
 _DEFAULT_MAX_OPEN_MS: Final = 15 * 60 * 1000  # Kafka's transaction.max.timeout.ms default
@@ -176,12 +177,20 @@ class Admin:
                               functools.partial(self._describe_topics, names, deadline))
 
     def create_topic(self, name: str, partitions: int = 1, *, replication_factor: int = 1,
-                     config: Mapping[str, str] | None = None,
-                     timeout: float | None = None) -> None:
+                     config: Mapping[str, str] | None = None, if_not_exists: bool = False,
+                     timeout: float | None = None) -> bool:
         """Create a topic.
 
+        Args:
+            if_not_exists: A topic of that name that exists already is not an error (as the
+                CLI's ``--if-not-exists``); it is left as it is, whatever its partitions.
+
+        Returns:
+            True when the topic was created, False when it existed (``if_not_exists``).
+
         Raises:
-            EosError: the broker refused (TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS, ...).
+            EosError: the broker refused (TOPIC_ALREADY_EXISTS without ``if_not_exists``,
+                INVALID_PARTITIONS, ...).
             ValueError: ``partitions`` or ``replication_factor`` below 1.
         """
         if partitions < 1 or replication_factor < 1:
@@ -190,14 +199,17 @@ class Admin:
         request = wire.create_topic(_names([name])[0], partitions, replication_factor,
                                     dict(config or {}), _ms_left(deadline))
 
-        def attempt() -> None:
+        def attempt() -> bool:
             response = self._request(None, request, deadline, "CreateTopics")
             for topic in response.topics:
+                if if_not_exists and topic.error_code == _TOPIC_ALREADY_EXISTS:
+                    return False
                 if not is_success(ApiKey.CREATE_TOPICS, topic.error_code):
                     raise error_for(ApiKey.CREATE_TOPICS, topic.error_code,
                                     _detail(f"creating topic {name!r}", topic.error_message))
+            return True
 
-        self._retrying("CreateTopics", deadline, attempt)
+        return self._retrying("CreateTopics", deadline, attempt)
 
     def delete_topic(self, name: str, *, timeout: float | None = None) -> None:
         """Delete a topic.

@@ -9,16 +9,21 @@ here:
     Run one broker in the foreground on 127.0.0.1 until Ctrl-C or SIGTERM (needs the ``broker``
     extra).
 
-``eosclient verify --input T --output T --bootstrap-servers B [--match {header,value}]``
+``eosclient verify --input T --output T [--match {header,value}]``
     Check that the output topic holds every input record exactly once (see
     :mod:`eosclient.testing.checker`): exit 0 when nothing is wrong, 1 on any anomaly (or when a
     topic cannot be read), 2 on a usage error.
 
-``eosclient copy --input T --output T --group G --transactional-id ID --bootstrap-servers B``
+``eosclient copy --input T --output T --group G --transactional-id ID``
     Copy records exactly once with :class:`~eosclient.ExactlyOnceProcessor` (like Kafka's
-    TransactionalMessageCopier), printing progress; SIGINT or SIGTERM commits what is open and
-    exits 0. Exit 1 when the processor fails (fenced, say). ``--log-level debug`` logs a line
-    per committed transaction on stderr.
+    TransactionalMessageCopier), printing a progress line when it has moved; SIGINT or SIGTERM
+    commits what is open and exits 0. Exit 1 when the processor fails (fenced, say).
+    ``--log-level debug`` logs a line per committed transaction on stderr.
+
+Every command that talks to a cluster (all but ``broker`` and ``demo``, which start their own)
+takes the same ``-b/--bootstrap-servers`` (or ``$EOSCLIENT_BOOTSTRAP_SERVERS``), ``-X
+KEY=VALUE`` and ``--config-file`` (``eosclient._cli.common.add_cluster_args``), and ``main``
+fills ``-b`` from the environment after parsing.
 
 ``eosclient demo [--records N] [--partitions N] [--broker {noida,tansu}] [--seed N] [--quiet]``
     Copy records exactly once through injected faults (a SIGKILL and restart among them) on a
@@ -36,6 +41,7 @@ import asyncio
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,19 +51,25 @@ from typing import Final
 from eosclient import __version__
 from eosclient._cli import consume, groups, produce, topics, txn
 from eosclient._cli.common import LOG_LEVELS as _LOG_LEVELS
+from eosclient._cli.common import add_cluster_args as _add_cluster_args
 from eosclient._cli.common import at_least as _at_least
-from eosclient._cli.common import config_file as _config_file
+from eosclient._cli.common import client_settings as _client_settings
 from eosclient._cli.common import explain as _explain
 from eosclient._cli.common import log_to_stderr as _log_to_stderr
 from eosclient._cli.common import properties as _properties
+from eosclient._cli.common import resolve_bootstrap as _resolve_bootstrap
 from eosclient._cli.common import seconds as _seconds
+from eosclient._cli.common import shared_settings as _shared_settings
+from eosclient._core.types import TopicPartition
+from eosclient.admin import Admin
 from eosclient.aio.processor import AsyncExactlyOnceProcessor
-from eosclient.errors import ConfigError, EosError
-from eosclient.processor import ExactlyOnceProcessor
+from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer
+from eosclient.errors import ConfigError, EosError, KafkaTimeoutError
+from eosclient.processor import ExactlyOnceProcessor, ProcessorStats
 from eosclient.testing.brokers import BROKER_KINDS, BrokerError, RunningBroker, start_broker
-from eosclient.testing.checker import check
+from eosclient.testing.checker import compare, input_seen, output_seen
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 _Handler = Callable[[argparse.Namespace], int]
 _STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -66,6 +78,14 @@ _WATCH_INTERVAL: Final = 0.2
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line and return its exit status."""
+    args = build_parser().parse_args(argv)
+    _resolve_bootstrap(args)
+    handler: _Handler = args.handler
+    return handler(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line's parser: each subcommand sets ``handler``."""
     parser = argparse.ArgumentParser(prog="eosclient", description="Exactly-once Kafka tools.",
                                      epilog="Exit codes: 0 done, 1 failed, 2 usage error, 3 not "
                                      "supported by the broker, 130 interrupted.")
@@ -80,9 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_verify_command(subparsers)
     add_copy_command(subparsers)
     add_demo_command(subparsers)
-    args = parser.parse_args(argv)
-    handler: _Handler = args.handler
-    return handler(args)
+    return parser
 
 
 def add_broker_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -116,7 +134,6 @@ def add_verify_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     )
     parser.add_argument("--input", required=True, help="the input topic")
     parser.add_argument("--output", required=True, help="the output topic")
-    parser.add_argument("--bootstrap-servers", required=True, help="host:port[,host:port]")
     parser.add_argument(
         "--match", choices=("header", "value"), default="header",
         help="match output to input by the eos.src header (default) or by value",
@@ -124,20 +141,63 @@ def add_verify_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     parser.add_argument(
         "--aborted-ids", type=Path, help="a file of record ids that were aborted, one a line"
     )
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per topic (60)")
+    parser.add_argument("--timeout", type=_seconds, default=60.0, metavar="SECONDS",
+                        help="seconds per topic (60)")
+    _add_cluster_args(parser)
     parser.set_defaults(handler=_run_verify)
 
 
 def _run_verify(args: argparse.Namespace) -> int:
     try:
+        settings = _client_settings(args)
         aborted = _aborted_ids(args.aborted_ids)
-        report = check(args.bootstrap_servers, args.input, args.output, match=args.match,
-                       aborted=aborted, timeout=args.timeout)
-    except (EosError, OSError, ValueError) as exc:
+        inputs = [input_seen(r, args.match) for r in _read(settings, args.input, args.timeout)]
+        outputs = [output_seen(r, args.match)
+                   for r in _read(settings, args.output, args.timeout)]
+        report = compare(inputs, outputs, aborted=aborted, input_topic=args.input,
+                         output_topic=args.output)
+    except (ConfigError, ValueError) as exc:
         print(f"eosclient verify: {exc}", file=sys.stderr)
+        return 2
+    except (EosError, OSError) as exc:
+        print(f"eosclient verify: {_explain(exc)}", file=sys.stderr)
         return 1
     print(report, flush=True)
     return 0 if report.ok else 1
+
+
+def _read(settings: dict[str, object], topic: str, timeout: float) -> list[ConsumerRecord]:
+    """Every committed record of every partition of ``topic``, up to each last stable offset,
+    read with the command's settings (the checker's own ``read_topic`` takes an address alone,
+    which cannot reach a secured cluster).
+
+    Raises:
+        KafkaTimeoutError: not read to the end within ``timeout``.
+        EosError: the topic does not exist, or a client failed.
+    """
+    deadline = time.monotonic() + timeout
+    with Admin(config=settings) as admin:
+        (described,) = admin.describe_topics([topic], timeout=timeout)
+        tps = [TopicPartition(topic, p.partition) for p in described.partitions]
+        ends = {tp: end or 0 for tp, end in
+                admin.list_offsets(tps, "latest", timeout=_left(deadline, topic)).items()}
+    records: list[ConsumerRecord] = []
+    config = {**settings, "auto.offset.reset": "earliest", "fetch.max.wait.ms": 100}
+    with ReadCommittedConsumer(config=config) as consumer:
+        consumer.assign(tps)
+        pending = [tp for tp in tps if ends[tp] > 0]
+        while pending:
+            records += consumer.poll(min(0.2, _left(deadline, topic)))
+            pending = [tp for tp in pending
+                       if consumer.position(tp, _left(deadline, topic)) < ends[tp]]
+    return [r for r in records if r.offset < ends[TopicPartition(r.topic, r.partition)]]
+
+
+def _left(deadline: float, topic: str) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise KafkaTimeoutError(f"reading {topic!r} to its end timed out")
+    return left
 
 
 def add_copy_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -152,7 +212,6 @@ def add_copy_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument("--output", required=True, help="the output topic")
     parser.add_argument("--group", required=True, help="the consumer group id")
     parser.add_argument("--transactional-id", required=True, help="stable across restarts")
-    parser.add_argument("--bootstrap-servers", required=True, help="host:port[,host:port]")
     parser.add_argument("--max-records-per-transaction", type=_at_least(1), default=500)
     parser.add_argument("--commit-interval-ms", type=_at_least(0), default=100)
     parser.add_argument("--max-consecutive-aborts", type=_at_least(0), default=10,
@@ -165,14 +224,7 @@ def add_copy_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
                         "start; exit 1 if no input partition was ever assigned by then")
     parser.add_argument("--progress-interval", type=_seconds, default=1.0,
                         help="seconds between progress lines (1)")
-    parser.add_argument("-X", dest="property", action="append", default=[], metavar="KEY=VALUE",
-                        help="a setting of both clients by Kafka's dotted key (repeatable; "
-                        "kcat's -X): security.protocol, ssl.*, sasl.*, ... Secrets given here "
-                        "show in the process list: put them in --config-file")
-    parser.add_argument("--config-file", type=Path, metavar="PATH",
-                        help="settings of both clients, one KEY=VALUE a line (a Java "
-                        ".properties file, as Kafka's --command-config; # starts a comment); "
-                        "-X and the per-client properties win over it")
+    _add_cluster_args(parser, clients="both clients")
     parser.add_argument("--consumer-property", action="append", default=[], metavar="KEY=VALUE",
                         help="a consumer setting by Kafka's dotted key (repeatable); KEY= "
                         "unsets it (group.instance.id=: a dynamic member)")
@@ -194,8 +246,7 @@ def _run_copy(args: argparse.Namespace) -> int:
 
 def _copy(args: argparse.Namespace) -> int:
     try:
-        shared = _config_file(args.config_file) if args.config_file else {}
-        shared.update(_properties(args.property))
+        shared = _shared_settings(args)
         make = AsyncExactlyOnceProcessor if args.asyncio else ExactlyOnceProcessor
         processor = make(
             bootstrap_servers=args.bootstrap_servers, input_topics=args.input,
@@ -244,8 +295,19 @@ def _copy(args: argparse.Namespace) -> int:
 
 def _report(processor: ExactlyOnceProcessor | AsyncExactlyOnceProcessor, stop: threading.Event,
             interval: float) -> None:
+    last = ""
     while not stop.wait(interval):
-        print(f"{processor.stats}\n", end="", flush=True)  # one write: a line is never split
+        # A line only when the counts moved: an idle copy printed the same line every second.
+        line = _progress_line(processor.stats)
+        if line != last:
+            print(f"{line}\n", end="", flush=True)  # one write: a line is never split
+            last = line
+
+
+def _progress_line(stats: ProcessorStats) -> str:
+    """The stats without their rate, which changes while nothing happens (the clock runs)."""
+    return (f"records in {stats.records_in}, out {stats.records_out}, transactions committed "
+            f"{stats.transactions_committed}, aborted {stats.transactions_aborted}")
 
 
 @contextmanager

@@ -181,6 +181,37 @@ def test_txn_abort_by_transactional_id(run: Run, broker: RunningBroker, topic_na
         producer.close()
 
 
+def test_txn_abort_of_an_unknown_id_says_so(run: Run, broker: RunningBroker,
+                                            unique_name: Callable[[str], str]) -> None:
+    # It printed "aborted the open transaction of 'NAME' (its producer is fenced)" for an id
+    # that never existed, and InitProducerId registered it: `txn list` then showed NAME.
+    unknown = unique_name("never")
+    status, out, err = run("txn", "abort", "--transactional-id", unknown)
+    if broker.kind == "noida":
+        assert status == 1 and out == "", out
+        assert "nothing to abort" in err and unknown in err, err
+        listed = run("txn", "list", "--format", "json")[1]
+        assert unknown not in listed  # nothing registered it
+        assert "TRANSACTIONAL_ID_NOT_FOUND" in run("txn", "describe", unknown)[2]
+    else:  # Tansu lacks DescribeTransactions: it cannot tell, and the message says so
+        assert status == 0 and "aborted the open transaction" not in out, out
+        assert "cannot say whether the id existed" in out and "registered now" in out, out
+
+
+def test_txn_abort_of_an_id_with_no_open_transaction(noida_broker: RunningBroker,
+                                                     capsys: pytest.CaptureFixture[str],
+                                                     unique_name: Callable[[str], str]) -> None:
+    # A known id whose last transaction committed: nothing is aborted, and it says so.
+    txn_id = unique_name("idle")
+    with TransactionalProducer(noida_broker.bootstrap_servers, transactional_id=txn_id) as p:
+        p.init_transactions(15)
+    capsys.readouterr()
+    status = main(["txn", "abort", "--transactional-id", txn_id, "-b",
+                   noida_broker.bootstrap_servers])
+    out = capsys.readouterr().out
+    assert status == 0 and "had no open transaction" in out and "fenced" in out, out
+
+
 def test_txn_kip664_on_noida(noida_broker: RunningBroker, capsys: pytest.CaptureFixture[str],
                              monkeypatch: pytest.MonkeyPatch, topic_name: str,
                              unique_name: Callable[[str], str]) -> None:
@@ -286,7 +317,6 @@ def test_docs_quick_start_runs(noida_broker: RunningBroker) -> None:
 def test_docs_python_snippet_runs(noida_broker: RunningBroker) -> None:
     # On noida-db: Tansu has no ListTransactions, which find_hanging_transactions needs.
     code = _snippet("python").replace("127.0.0.1:9092", noida_broker.bootstrap_servers)
-    code = code.replace('"orders"', '"orders-snippet"')
     exec(compile(code, "docs/cli.md", "exec"), {})
 
 

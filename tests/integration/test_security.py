@@ -388,3 +388,9 @@ def test_eosclient_copy_over_sasl_ssl_with_scram_from_a_config_file(
     report = check(broker.bootstrap_servers, source, sink)
     assert report.ok, str(report)
     assert ("SCRAM-SHA-512", "alice") in users.logins
+    # verify took neither -X nor --config-file (nor -b): it could not check a secured cluster.
+    users.logins.clear()
+    assert main(["verify", "--input", source, "--output", sink, "-b", proxy.bootstrap_servers,
+                 "--config-file", str(settings), "-X", "client.id=verifier",
+                 "--timeout", str(3 * TIMEOUT)]) == 0
+    assert ("SCRAM-SHA-512", "alice") in users.logins

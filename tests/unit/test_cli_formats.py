@@ -6,6 +6,7 @@ import argparse
 import datetime
 import io
 import json
+import threading
 
 import pytest
 
@@ -83,3 +84,28 @@ def test_errors_map_to_exit_codes_in_one_line(error: Exception, status: int,
     err = capsys.readouterr().err
     assert err.startswith("eosclient x: ") and len(err.splitlines()) == 1
     assert str(error) in err
+
+
+def test_copy_prints_a_progress_line_only_when_the_counts_move(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # An idle copy printed the same line every second (only its records/s changed, falling).
+    from eosclient.cli import _report  # noqa: PLC0415
+    from eosclient.processor import ProcessorStats  # noqa: PLC0415
+
+    class Moving:
+        def __init__(self) -> None:
+            self.reads = 0
+
+        @property
+        def stats(self) -> ProcessorStats:
+            self.reads += 1
+            if self.reads == 12:
+                stop.set()
+            committed = 10 if self.reads >= 6 else 0  # idle, one commit, idle again
+            return ProcessorStats(committed, committed, committed // 10, 0, self.reads * 1.0)
+
+    stop = threading.Event()
+    _report(Moving(), stop, 0.001)  # type: ignore[arg-type]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["records in 0, out 0, transactions committed 0, aborted 0",
+                     "records in 10, out 10, transactions committed 1, aborted 0"]

@@ -38,6 +38,7 @@ __all__ = [
     "LOG_LEVELS",
     "Handler",
     "Subparsers",
+    "add_cluster_args",
     "add_connection_args",
     "at_least",
     "client_settings",
@@ -47,7 +48,9 @@ __all__ = [
     "log_to_stderr",
     "print_rows",
     "properties",
+    "resolve_bootstrap",
     "seconds",
+    "shared_settings",
 ]
 
 EXIT_OK: Final = 0
@@ -63,23 +66,61 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def add_connection_args(parser: argparse.ArgumentParser, *, timeout: float = 30.0) -> None:
-    """``-b/--bootstrap-servers``, ``-X``, ``--config-file``, ``--timeout``, ``--log-level``."""
-    default = os.environ.get(BOOTSTRAP_ENV)
-    parser.add_argument("-b", "--bootstrap-servers", default=default, required=default is None,
-                        metavar="HOST:PORT[,...]",
-                        help=f"the brokers to start from (default: ${BOOTSTRAP_ENV})")
-    parser.add_argument("-X", dest="property", action="append", default=[], metavar="KEY=VALUE",
-                        help="a client setting by Kafka's dotted key (repeatable): "
-                        "security.protocol, ssl.*, sasl.*, ... Secrets given here show in the "
-                        "process list: put them in --config-file")
-    parser.add_argument("--config-file", type=Path, metavar="PATH",
-                        help="client settings, one KEY=VALUE a line (a Java .properties file); "
-                        "-X wins over it")
+    """:func:`add_cluster_args`, then ``--timeout`` and ``--log-level``."""
+    add_cluster_args(parser)
     parser.add_argument("--timeout", type=seconds, default=timeout, metavar="SECONDS",
                         help=f"how long each step may take before it fails ({timeout:g})")
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="error",
                         help="eosclient's log lines on stderr from this level on (error: "
                         "only the one-line error a failure ends with)")
+
+
+def add_cluster_args(parser: argparse.ArgumentParser, *, clients: str = "the client") -> None:
+    """``-b/--bootstrap-servers``, ``-X`` and ``--config-file``: how every command that talks
+    to a cluster is told where it is and how to connect.
+
+    ``-b`` is optional to argparse (so the usage line is the same whether the environment
+    variable is set or not); :func:`resolve_bootstrap` fills it from
+    ``$EOSCLIENT_BOOTSTRAP_SERVERS`` after parsing, or ends with a usage error naming both.
+    """
+    parser.add_argument("-b", "--bootstrap-servers", metavar="HOST:PORT[,...]",
+                        help=f"the brokers to start from (default: ${BOOTSTRAP_ENV})")
+    parser.add_argument("-X", dest="property", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"a setting of {clients} by Kafka's dotted key (repeatable): "
+                        "security.protocol, ssl.*, sasl.*, ... Secrets given here show in the "
+                        "process list: put them in --config-file")
+    parser.add_argument("--config-file", type=Path, metavar="PATH",
+                        help=f"settings of {clients}, one KEY=VALUE a line (a Java .properties "
+                        "file, as Kafka's --command-config; # starts a comment); -X wins over it")
+    parser.set_defaults(cluster_parser=parser)
+
+
+def resolve_bootstrap(args: argparse.Namespace) -> None:
+    """Fill ``args.bootstrap_servers`` from ``$EOSCLIENT_BOOTSTRAP_SERVERS`` when ``-b`` was
+    not given, for a command made with :func:`add_cluster_args` (others are left alone).
+
+    Raises:
+        SystemExit: neither is given (status 2, argparse's usage error, naming both).
+    """
+    parser: argparse.ArgumentParser | None = getattr(args, "cluster_parser", None)
+    if parser is None or args.bootstrap_servers:
+        return
+    args.bootstrap_servers = os.environ.get(BOOTSTRAP_ENV) or None
+    if args.bootstrap_servers is None:
+        parser.error(f"no brokers: give -b/--bootstrap-servers HOST:PORT or set "
+                     f"{BOOTSTRAP_ENV}")
+
+
+def shared_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The dotted-key settings of ``--config-file`` and ``-X`` (``-X`` wins), without
+    ``bootstrap.servers``.
+
+    Raises:
+        ValueError: an item is not KEY=VALUE, or the config file cannot be read.
+    """
+    settings = config_file(args.config_file) if args.config_file else {}
+    settings.update(properties(args.property))
+    return settings
 
 
 def client_settings(args: argparse.Namespace) -> dict[str, object]:
@@ -88,8 +129,7 @@ def client_settings(args: argparse.Namespace) -> dict[str, object]:
     Raises:
         ValueError: an item is not KEY=VALUE, or the config file cannot be read.
     """
-    settings = config_file(args.config_file) if args.config_file else {}
-    settings.update(properties(args.property))
+    settings = shared_settings(args)
     settings["bootstrap.servers"] = args.bootstrap_servers
     return settings
 

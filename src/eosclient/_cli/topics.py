@@ -19,7 +19,6 @@ from eosclient.errors import EosError
 
 __all__ = ["add_command"]
 
-_ALREADY_EXISTS = 36
 _UNKNOWN_TOPIC = 3
 
 
@@ -66,15 +65,12 @@ def _admin(args: argparse.Namespace) -> Admin:
 def _create(args: argparse.Namespace) -> int:
     config = {k: "" if v is None else str(v) for k, v in properties(args.config).items()}
     with _admin(args) as admin:
-        try:
-            admin.create_topic(args.topic, args.partitions,
-                               replication_factor=args.replication_factor, config=config,
-                               timeout=args.timeout)
-        except EosError as exc:
-            if not (args.if_not_exists and exc.code == _ALREADY_EXISTS):
-                raise
-            print(f"topic {args.topic!r} exists already", flush=True)
-            return EXIT_OK
+        created = admin.create_topic(args.topic, args.partitions,
+                                     replication_factor=args.replication_factor, config=config,
+                                     if_not_exists=args.if_not_exists, timeout=args.timeout)
+    if not created:
+        print(f"topic {args.topic!r} exists already", flush=True)
+        return EXIT_OK
     print(f"created topic {args.topic!r} ({args.partitions} partitions)", flush=True)
     return EXIT_OK
 

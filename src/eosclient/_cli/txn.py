@@ -2,7 +2,8 @@
 ``kafka-transactions.sh`` (KIP-664) shows and ends them.
 
 ``abort`` takes either a transactional id (InitProducerId to its coordinator: the open
-transaction is aborted and its producer fenced, as Kafka 4.0's ``forceTerminateTransaction``)
+transaction is aborted and its producer fenced, as Kafka 4.0's ``forceTerminateTransaction``;
+an id the cluster does not know is refused first, since InitProducerId would register it)
 or a partition and the producer's id, epoch and coordinator epoch (an ABORT marker written by
 WriteTxnMarkers to the partition's leader, KIP-664's abort); ``--start-offset`` finds those
 three with DescribeProducers. A broker without the API exits 3, naming it.
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Final
 
+from eosclient._admin.hanging import OPEN_STATES
 from eosclient._cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -26,8 +29,11 @@ from eosclient._cli.common import (
 )
 from eosclient._core.types import TopicPartition
 from eosclient.admin import Admin
+from eosclient.errors import EosError, UnsupportedVersionError
 
 __all__ = ["add_command"]
+
+_TRANSACTIONAL_ID_NOT_FOUND: Final = 105
 
 
 def add_command(subparsers: Subparsers) -> None:
@@ -130,11 +136,7 @@ def _abort(args: argparse.Namespace) -> int:
     if args.transactional_id is not None:
         if any(v is not None for v in (*marker, args.start_offset, args.producer_id)):
             raise ValueError("give --transactional-id alone, or a partition and its producer")
-        with _admin(args) as admin:
-            admin.force_terminate_transaction(args.transactional_id, timeout=args.timeout)
-        print(f"aborted the open transaction of {args.transactional_id!r} (its producer is "
-              "fenced)", flush=True)
-        return EXIT_OK
+        return _abort_by_id(args)
     if None in marker:
         raise ValueError("give --transactional-id, or --topic and --partition with "
                          "--start-offset or --producer-id, --producer-epoch and "
@@ -158,4 +160,41 @@ def _abort(args: argparse.Namespace) -> int:
         admin.abort_transaction(tp, *ids, timeout=args.timeout)
     print(f"wrote an ABORT marker for producer {ids[0]} into {tp.topic}-{tp.partition}",
           flush=True)
+    return EXIT_OK
+
+
+def _abort_by_id(args: argparse.Namespace) -> int:
+    """InitProducerId for a transactional id, after asking whether the cluster knows it.
+
+    InitProducerId registers an id its coordinator does not know: aborting a mistyped id
+    said "aborted the open transaction" and left the id behind in ``txn list``. So the id is
+    described first (DescribeTransactions registers nothing): an unknown id fails with nothing
+    sent, and the message says what was there. A broker without DescribeTransactions (Tansu)
+    cannot say; the message then says that the id may be new now.
+    """
+    txn_id = args.transactional_id
+    with _admin(args) as admin:
+        try:
+            (described,) = admin.describe_transactions([txn_id], timeout=args.timeout)
+        except UnsupportedVersionError:
+            state = None
+        except EosError as exc:
+            if exc.code != _TRANSACTIONAL_ID_NOT_FOUND:
+                raise
+            print(f"eosclient txn abort: nothing to abort: no coordinator knows transactional "
+                  f"id {txn_id!r} (nothing was sent that would register it)", file=sys.stderr,
+                  flush=True)
+            return EXIT_FAILED
+        else:
+            state = described.state
+        admin.force_terminate_transaction(txn_id, timeout=args.timeout)
+    if state is None:
+        print(f"aborted any open transaction of {txn_id!r} and fenced its producer; the broker "
+              "cannot say whether the id existed (it lacks DescribeTransactions): if it did "
+              "not, it is registered now", flush=True)
+    elif state in OPEN_STATES:
+        print(f"aborted the open transaction of {txn_id!r} (its producer is fenced)", flush=True)
+    else:
+        print(f"{txn_id!r} had no open transaction ({state}): nothing was aborted; its "
+              "producer is fenced", flush=True)
     return EXIT_OK
