@@ -181,6 +181,7 @@ class ConsumerSession:
         self._delivered = 0  # records polls returned (stats())
         self.reporter = None
         self.unlocked: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        self._shared: threading.Lock | None = None  # the lock, once a thread shares it
         self.catch_up: Callable[[], None] | None = None
         self.after_revoke: Callable[[], None] | None = None
         self.finalizer = weakref.finalize(self, loop.stop)  # never closed: stop the thread
@@ -189,6 +190,7 @@ class ConsumerSession:
         """Start the I/O thread (the sync front); from now on steps give the lock up for what
         runs without it."""
         self.unlocked = _Released(self.lock)
+        self._shared = self.lock
         self.loop.start()
 
     # -- calls that never wait (each takes the lock) --------------------------------------------
@@ -441,9 +443,18 @@ class ConsumerSession:
             if self.catch_up is not None:
                 self.catch_up()
             fed = self._take_in()
-            with self.unlocked:  # decoding: the I/O thread goes on fetching meanwhile
+            # Decoding, without the lock: the I/O thread goes on fetching meanwhile. (What
+            # `unlocked` does, written out: this runs at every poll, and the context manager's
+            # two Python calls cost an empty poll ~0.3 us, a tenth.)
+            shared = self._shared
+            if shared is not None:
+                shared.release()
+            try:
                 records, followups = drain(limit)
                 records, done = self._deserialize(records)
+            finally:
+                if shared is not None:
+                    shared.acquire()
             error = self._settle(records, followups, fed, done)
             if records:
                 return records
