@@ -399,10 +399,10 @@ class Watcher:
         self.consumer.close()
 
     def proven(self) -> bool:
-        return any(t.proven for t in self.consumer._fetcher._trust.values())
+        return any(t.proven for t in self.consumer._session.fetcher._trust.values())
 
     def _run(self) -> None:
-        states = self.consumer._assignment  # read only: the filters' own accounting
+        states = self.consumer._session.assignment  # read only: the filters' own accounting
         while not self._stop.is_set():
             records = self.consumer.poll(0.05)
             now = time.perf_counter()

@@ -8,6 +8,12 @@ its index (noida-db). Records at or past the last stable offset are never delive
 batches never, and a corrupt batch raises :class:`~eosclient.errors.CorruptRecordError` naming
 the topic, partition and offset; it is never skipped.
 
+Shape: this class is a front. What a consumer is and decides (partitions, group, fetcher, the
+poll, commit and rebalance steps) is a :class:`~eosclient._consumer.session.ConsumerSession`,
+shared with the asyncio front (:mod:`eosclient.aio.consumer`); here the arguments are checked
+and the session's steps carried out on the caller's thread
+(:func:`~eosclient._net.steps.drive`).
+
 Threading: the model of :mod:`eosclient.producer`. One I/O thread (:mod:`eosclient._consumer.loop`)
 fetches, heartbeats and commits; every public call takes the lock it shares with that thread for
 as long as it touches shared state. ``poll()`` decodes and filters on the caller's thread, the
@@ -21,79 +27,33 @@ a ``poll()`` under way to return). Blocking calls take a timeout (default
 
 from __future__ import annotations
 
-import enum
-import logging
 import re
 import ssl
 import threading
 import time
-import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import NamedTuple, TypeVar
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 from eosclient._consumer import args
-from eosclient._consumer.deserialize import Deserialized, deserialize
-from eosclient._consumer.fetcher import Fetcher
-from eosclient._consumer.lookups import Ends
-from eosclient._consumer.loop import IoLoop, serialized
-from eosclient._consumer.membership import MOVED_ON, State
+from eosclient._consumer import commit as committing
+from eosclient._consumer.loop import serialized
 from eosclient._consumer.offsets import OffsetJob
-from eosclient._consumer.partitions import (
-    Assignment,
-    ConsumerRecord,
-    Followup,
-    PartitionState,
-    missing,
-)
+from eosclient._consumer.partitions import ConsumerRecord
+from eosclient._consumer.session import ConsumerSession, TopicMetadata
 from eosclient._core.decode import BinaryColumn, RecordColumns
-from eosclient._core.isolation import Isolation
 from eosclient._core.records import Deserializer
 from eosclient._core.types import TopicPartition
-from eosclient._net.client import NetworkClient
-from eosclient._stats_reporter import LoopStatsReporter, StatsReporter
+from eosclient._net.steps import Steps, drive
+from eosclient._stats_reporter import StatsReporter
 from eosclient.config import ConsumerConfig
-from eosclient.errors import (
-    AbortableError,
-    ApiKey,
-    CommitFailedError,
-    EosError,
-    IllegalStateError,
-    KafkaTimeoutError,
-    RetriableError,
-    error_for,
-)
-from eosclient.group import GroupCoordinator, RebalanceCallback
+from eosclient.group import RebalanceCallback
 from eosclient.group_metadata import ConsumerGroupMetadata
 from eosclient.stats import ClientStats
 
 __all__ = ["BinaryColumn", "ConsumerRecord", "ReadCommittedConsumer", "RecordColumns",
            "TopicMetadata"]
 
-log = logging.getLogger("eosclient.consumer")
-
-_LEAVE_WAIT = 5.0  # seconds close() waits for LeaveGroup at most
-
-_Out = TypeVar("_Out", list[ConsumerRecord], dict[TopicPartition, RecordColumns])
-
-
-class TopicMetadata(NamedTuple):
-    """What the consumer's latest Metadata answer said about one topic (a snapshot).
-
-    Attributes:
-        partitions: How many partitions the topic has; None while no answer has named it.
-        error: The error the latest answer gave for the topic (UNKNOWN_TOPIC_OR_PARTITION for
-            one that does not exist), or None.
-    """
-
-    partitions: int | None
-    error: EosError | None
-
-
-class _Mode(enum.Enum):
-    UNSET = "neither assign() nor subscribe() was called"
-    NONE = "assign() with no partitions"
-    ASSIGN = "assign(): partitions chosen by the application"
-    SUBSCRIBE = "subscribe(): partitions given by the group"
+_T = TypeVar("_T")
 
 
 class ReadCommittedConsumer:
@@ -131,8 +91,6 @@ class ReadCommittedConsumer:
             value, or one setting given twice with different values. Nothing was started.
     """
 
-    _reporter: StatsReporter | LoopStatsReporter | None  # stats_cb's (thread or timer)
-
     def __init__(self, bootstrap_servers: str | Sequence[str] | None = None, *,
                  group_id: str | None = None, group_instance_id: str | None = None,
                  isolation_level: str | None = None,
@@ -145,49 +103,14 @@ class ReadCommittedConsumer:
                  value_deserializer: Deserializer | None = None,
                  config: Mapping[str, object] | ConsumerConfig | None = None) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
-        self._setup(args.config_of(given, config))
-        self._loop.start()
-        self._finalizer = weakref.finalize(self, self._loop.stop)  # never closed: stop the thread
-        cfg = self.config
-        if cfg.stats_cb is not None:
-            self._reporter = StatsReporter(cfg.statistics_interval_ms / 1000, self.stats,
-                                           cfg.stats_cb, f"eosclient-stats-{cfg.client_id}")
-
-    @classmethod
-    def _unstarted(cls, config: ConsumerConfig) -> ReadCommittedConsumer:
-        """A consumer whose I/O thread is never started: the asyncio front
-        (:mod:`eosclient.aio`) runs its loop's turns from an event loop instead."""
-        self = cls.__new__(cls)
-        self._setup(config)
-        self._finalizer = weakref.finalize(self, self._loop.stop)
-        return self
-
-    def _setup(self, config: ConsumerConfig) -> None:
-        self.config = cfg = config
-        client = NetworkClient(cfg, auto_create_topics=False)
-        self._loop = loop = IoLoop(client, f"eosclient-consumer-{cfg.client_id}")
-        self._lock, self._changed, self._metadata = loop.lock, loop.changed, client.metadata
-        isolation = Isolation.READ_COMMITTED if cfg.read_committed else Isolation.READ_UNCOMMITTED
-        self._assignment = Assignment(isolation, max_held_bytes=cfg.max_held_bytes,
-                                      max_partition_bytes=cfg.max_partition_fetch_bytes,
-                                      reset_policy=cfg.auto_offset_reset,
-                                      max_batch_bytes=cfg.receive_message_max_bytes,
-                                      check_crcs=cfg.check_crcs)
-        self._fetcher = Fetcher(cfg, client, self._assignment)
-        self._group = GroupCoordinator(cfg, client, self._assignment) if cfg.group_id else None
-        loop.drivers = [*([self._group] if self._group else []), self._fetcher]
-        self._mode = _Mode.UNSET
-        self._on_assign: RebalanceCallback | None = None
-        self._on_revoke: RebalanceCallback | None = None
-        self._on_lost: RebalanceCallback | None = None
-        self._assigned_at = 0  # the metadata version when assign() was called
-        self._found_at = -1  # the metadata version that had every assigned partition
-        self._pattern: re.Pattern[str] | None = None  # subscribe(pattern)
-        self._matched_at = -1  # the metadata version the pattern was last matched against
-        self._closed = False
+        self.config = cfg = args.config_of(given, config)
+        self._session = session = ConsumerSession(cfg)
+        self._lock = session.lock
         self._app_lock = threading.RLock()  # serializes the application's calls (see above)
-        self._delivered = 0  # records poll() returned (stats())
-        self._reporter = None  # started by __init__ (the sync front)
+        session.start_thread()
+        if cfg.stats_cb is not None:
+            session.reporter = StatsReporter(cfg.statistics_interval_ms / 1000, self.stats,
+                                             cfg.stats_cb, f"eosclient-stats-{cfg.client_id}")
 
     # -- partitions -----------------------------------------------------------------------------
 
@@ -202,17 +125,7 @@ class ReadCommittedConsumer:
             IllegalStateError: the consumer is subscribed, or closed; nothing changed.
             TypeError, ValueError: not an iterable of (topic, partition >= 0); nothing changed.
         """
-        tps = args.partitions_of(partitions)
-        with self._lock:
-            self._check_open()
-            if self._mode is _Mode.SUBSCRIBE:
-                raise IllegalStateError("assign() after subscribe(): use one or the other")
-            self._mode = _Mode.ASSIGN if tps else _Mode.NONE
-            self._assignment.replace(tps, committed=self._group is not None)
-            self._metadata.want({tp.topic for tp in tps})
-            self._assigned_at = self._metadata.version
-            self._found_at = -1
-            self._loop.wake()
+        self._session.assign(args.partitions_of(partitions))
 
     @serialized
     def subscribe(self, topics: Iterable[str] | re.Pattern[str],
@@ -243,27 +156,11 @@ class ReadCommittedConsumer:
         """
         pattern = topics if isinstance(topics, re.Pattern) else None
         names = [] if pattern is not None else args.topics_of(topics)
-        group = self._need_group("subscribe()")
-        with self._lock:
-            self._check_open()
-            if self._mode is _Mode.ASSIGN:
-                raise IllegalStateError("subscribe() after assign(): use one or the other")
-            self._mode = _Mode.SUBSCRIBE
-            self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
-            self._pattern = pattern
-            if pattern is not None:
-                self._matched_at = -1
-                self._metadata.want_all()
-                self._match_pattern()
-            else:
-                self._metadata.want(names)
-                group.membership.subscribe(names, time.monotonic())
-            self._loop.wake()
+        self._session.subscribe(names, pattern, on_assign, on_revoke, on_lost)
 
     def assignment(self) -> list[TopicPartition]:
         """The partitions assigned now."""
-        with self._lock:
-            return list(self._assignment.states)
+        return self._session.assigned()
 
     def topic_metadata(self, topics: Iterable[str]) -> dict[str, TopicMetadata]:
         """What the latest Metadata answer said about each of ``topics``; asks no broker.
@@ -281,10 +178,7 @@ class ReadCommittedConsumer:
             topics = list(topics)
             if not topics:
                 return {}
-        names = args.topics_of(topics)
-        with self._lock:  # the I/O thread writes the metadata under it
-            return {t: TopicMetadata(self._metadata.partition_count(t),
-                                     self._metadata.last_error(t)) for t in names}
+        return self._session.topic_metadata(args.topics_of(topics))
 
     # -- records --------------------------------------------------------------------------------
 
@@ -311,7 +205,10 @@ class ReadCommittedConsumer:
             FatalError: the group failed (e.g. INCONSISTENT_GROUP_PROTOCOL), or a bug.
             Exception: whatever a rebalance callback raised, after the rebalance step was done.
         """
-        return self._poll(timeout, max_records, self._assignment.drain, [])
+        steps = self._session.poll(args.timeout_of(timeout, 0),
+                                   args.max_records_of(max_records, self.config.max_poll_records))
+        with self._app_lock, self._lock:
+            return drive(steps, self._session.loop)
 
     def poll_batch(self, timeout: float = 1.0, max_records: int | None = None,
                    ) -> dict[TopicPartition, RecordColumns]:
@@ -325,63 +222,11 @@ class ReadCommittedConsumer:
         The columns hold keys and values as stored: ``key_deserializer`` and
         ``value_deserializer`` apply to :meth:`poll`'s records only.
         """
-        return self._poll(timeout, max_records, self._assignment.drain_columns, {})
-
-    def _poll(self, timeout: float, max_records: int | None,
-              drain: Callable[[int], tuple[_Out, list[Followup]]], empty: _Out) -> _Out:
-        seconds = args.timeout_of(timeout, 0)
-        limit = args.max_records_of(max_records, self.config.max_poll_records)
-        self._check_polling()
-        deadline = time.monotonic() + seconds
-        with self._app_lock:
-            while True:
-                self._rebalance()
-                with self._lock:
-                    fed = self._take_in()
-                records, followups = drain(limit)  # decoding: no lock held
-                records, done = self._deserialize(records)
-                with self._lock:
-                    error = self._settle_poll(records, followups, fed, done)
-                    if records:
-                        return records
-                    if error is not None:
-                        raise error.with_traceback(None)
-                    if self._rebalance_due():
-                        continue
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return empty
-                    self._changed.wait(remaining)
-
-    # poll()'s steps, shared with the asyncio front (eosclient.aio), which waits otherwise.
-
-    def _check_polling(self) -> None:
-        if self._mode is _Mode.UNSET and not self._closed:
-            raise IllegalStateError("poll() before assign() or subscribe(): there is nothing "
-                                    "to fetch, so it could only wait")
-
-    def _deserialize(self, records: _Out) -> tuple[_Out, Deserialized | None]:
-        """The application's deserializers (on poll()'s records, not poll_batch()'s columns):
-        on its thread, no lock held."""
-        cfg = self.config
-        if not isinstance(records, list) or not records or not (cfg.key_deserializer
-                                                                or cfg.value_deserializer):
-            return records, None
-        done = deserialize(records, cfg.key_deserializer, cfg.value_deserializer)
-        return done.records, done
-
-    def _settle_poll(self, records: list[ConsumerRecord] | dict[TopicPartition, RecordColumns],
-                     followups: list[Followup], fed: bool,
-                     done: Deserialized | None) -> EosError | None:
-        """poll()'s last step, under the lock: act on what draining and deserializing found;
-        count the records delivered; the error to raise if there are none."""
-        error = self._settle(followups, fed)
-        if done is not None and done.error is not None:
-            self._rewind(done.rewind)
-            error = error or done.error
-        self._delivered += (len(records) if isinstance(records, list) else
-                            sum(map(len, records.values())))
-        return error
+        steps = self._session.poll_batch(
+            args.timeout_of(timeout, 0), args.max_records_of(max_records,
+                                                             self.config.max_poll_records))
+        with self._app_lock, self._lock:
+            return drive(steps, self._session.loop)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """``for record in consumer``: :meth:`records` with no idle timeout (ends on ``break``,
@@ -407,13 +252,14 @@ class ReadCommittedConsumer:
         idle = None if idle_timeout is None else args.timeout_of(idle_timeout, 0)
         wait = args.timeout_of(poll_timeout, 0)
         quiet_since = time.monotonic()
-        while not self._closed:
+        session = self._session
+        while not session.closed:
             got = self.poll(wait if idle is None else min(wait, idle), max_records=1)
             if got:
                 yield got[0]
                 quiet_since = time.monotonic()
             elif idle is not None and time.monotonic() - quiet_since >= idle:
-                self._check_idle_end(idle)
+                session.check_idle_end(idle)
                 return
 
     @serialized
@@ -426,17 +272,16 @@ class ReadCommittedConsumer:
             IllegalStateError: a partition is not assigned, or closed; nothing changed.
             TypeError, ValueError: not an iterable of (topic, partition >= 0); nothing changed.
         """
-        self._set_paused(partitions, True)
+        self._session.set_paused(args.partitions_of(partitions), True)
 
     @serialized
     def resume(self, partitions: Iterable[TopicPartition]) -> None:
         """Fetch and deliver ``partitions`` again after :meth:`pause`. Raises as :meth:`pause`."""
-        self._set_paused(partitions, False)
+        self._session.set_paused(args.partitions_of(partitions), False)
 
     def paused(self) -> list[TopicPartition]:
         """The assigned partitions that are paused now."""
-        with self._lock:
-            return [tp for tp, state in self._assignment.states.items() if state.paused]
+        return self._session.paused()
 
     # -- positions ------------------------------------------------------------------------------
 
@@ -451,16 +296,7 @@ class ReadCommittedConsumer:
             EosError: looking it up failed (OffsetOutOfRangeError with ``auto.offset.reset``
                 none and nothing committed).
         """
-        tp = args.partition_of(partition)
-        deadline = self._deadline(timeout)
-        with self._lock:
-            state = self._state(tp)
-            self._loop.wait_until(lambda: state.position is not None or state.error is not None,
-                                  deadline, f"position({tp})", self._check_waiting)
-            found = state.position
-            if found is None:
-                raise (state.error or IllegalStateError(f"{tp} lost")).with_traceback(None)
-            return found
+        return self._run(self._session.position(args.partition_of(partition), timeout))
 
     @serialized
     def seek(self, partition: TopicPartition, offset: int) -> None:
@@ -471,10 +307,7 @@ class ReadCommittedConsumer:
             TypeError, ValueError: the offset is not an int >= 0; nothing changed.
         """
         tp = args.partition_of(partition)
-        checked = args.offset_of(offset, tp)
-        with self._lock:
-            self._state(tp).seek(checked)
-            self._loop.wake()
+        self._session.seek(tp, args.offset_of(offset, tp))
 
     @serialized
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
@@ -483,7 +316,7 @@ class ReadCommittedConsumer:
         Raises:
             IllegalStateError: a partition is not assigned, or closed; nothing changed.
         """
-        self._seek_to(partitions, "earliest")
+        self._session.seek_to(_partitions(partitions), "earliest")
 
     @serialized
     def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
@@ -493,7 +326,7 @@ class ReadCommittedConsumer:
         Raises:
             IllegalStateError: a partition is not assigned, or closed; nothing changed.
         """
-        self._seek_to(partitions, "latest")
+        self._session.seek_to(_partitions(partitions), "latest")
 
     def last_stable_offset(self, partition: TopicPartition, timeout: float | None = None) -> int:
         """The partition's last stable offset now (asked of its leader with a Fetch).
@@ -503,17 +336,19 @@ class ReadCommittedConsumer:
             EosError: the leader answered with an error (an unknown topic, for one).
             IllegalStateError: the consumer is closed.
         """
-        return self._ends(partition, timeout).last_stable_offset
+        return self._run(self._session.ends(args.partition_of(partition),
+                                            timeout)).last_stable_offset
 
     def high_watermark(self, partition: TopicPartition, timeout: float | None = None) -> int:
         """The partition's high watermark now. Raises as :meth:`last_stable_offset`."""
-        return self._ends(partition, timeout).high_watermark
+        return self._run(self._session.ends(args.partition_of(partition),
+                                            timeout)).high_watermark
 
     @serialized
     def lag(self, partition: TopicPartition, timeout: float | None = None) -> int:
         """Records (and markers) between the position and the end: the LSO under
         read_committed, else the high watermark. Raises as :meth:`position`."""
-        ends = self._ends(partition, timeout)
+        ends = self._run(self._session.ends(args.partition_of(partition), timeout))
         end = ends.last_stable_offset if self.config.read_committed else ends.high_watermark
         return max(0, end - self.position(partition, timeout))
 
@@ -529,14 +364,7 @@ class ReadCommittedConsumer:
             KafkaTimeoutError: not answered within ``timeout`` (e.g. the transaction stays open).
             EosError: the coordinator refused (GROUP_AUTHORIZATION_FAILED, ...).
         """
-        tps = args.partitions_of(partitions)
-        group = self._need_group("committed()")
-        deadline = self._deadline(timeout)
-        with self._lock:
-            self._check_open()
-            result = group.wait_for(group.committed(tps), self._loop, deadline, "committed()",
-                                    self._check_open)
-        return {tp: result.get(tp) for tp in tps}
+        return self._run(self._session.committed(args.partitions_of(partitions), timeout))
 
     @serialized
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None,
@@ -565,138 +393,29 @@ class ReadCommittedConsumer:
                 ``group.instance.id``, ...).
         """
         checked = None if offsets is None else args.offsets_of(offsets)
-        group = self._need_group("commit()")
-        deadline = self._deadline(timeout)
-        with self._lock:
-            self._check_open()
-            if checked is None:
-                checked = self._positions()
-            if not checked:
-                return
-            if self._commit_now(group, checked):
-                try:
-                    group.wait_for(group.commit(checked), self._loop, deadline, "commit()",
-                                   self._check_open)
-                    return
-                except (AbortableError, RetriableError) as exc:
-                    if not self._moved_on(group, exc):
-                        raise
-        self._finish_rebalance(deadline)
-        with self._lock:
-            self._check_open()
-            kept = self._still_owned(checked)
-            if kept:
-                group.wait_for(group.commit(kept), self._loop, deadline, "commit()",
-                               self._check_open)
-                self._skip_committed(kept)
-        self._raise_lost(checked, kept)
+        self._run(committing.commit(self._session, checked, timeout))
 
-    def _commit_start(self, offsets: Mapping[TopicPartition, int]) -> OffsetJob | None:
-        """Start committing ``offsets`` under the current generation and return at once; the
-        exactly-once processor's second, plain commit of a committed transaction's offsets,
-        which it waits for (:meth:`_commit_finish`) only before it writes offsets again. No
-        rebalance is finished: a subscribed member out of its generation sends nothing (None).
+    def start_commit(self, offsets: Mapping[TopicPartition, int]) -> OffsetJob | None:
+        """For the exactly-once processor (not part of the public API): start committing
+        ``offsets`` under the current generation and return at once; its second, plain commit
+        of a committed transaction's offsets, which it waits for (:meth:`finish_commit`) only
+        before it writes offsets again. No rebalance is finished: a subscribed member out of
+        its generation sends nothing (None).
+
+        Raises:
+            IllegalStateError: no ``group_id``, or closed.
+            TypeError, ValueError: bad offsets; nothing was sent.
         """
-        group = self._need_group("commit()")
-        with self._lock:
-            self._check_open()
-            if self._mode is _Mode.SUBSCRIBE and not group.membership.has_generation():
-                return None
-            job = group.commit(args.offsets_of(offsets))
-        self._loop.wake()
-        return job
+        return committing.commit_start(self._session, offsets)
 
-    def _commit_finish(self, job: OffsetJob, timeout: float | None = None) -> None:
-        """Wait for a commit :meth:`_commit_start` began.
+    def finish_commit(self, job: OffsetJob, timeout: float | None = None) -> None:
+        """For the exactly-once processor: wait for a commit :meth:`start_commit` began.
 
         Raises:
             KafkaTimeoutError: not answered within ``timeout``; it may still land.
             EosError: the coordinator refused it (classified as :meth:`commit` raises).
         """
-        group = self._need_group("commit()")
-        deadline = self._deadline(timeout)
-        with self._lock:
-            self._check_open()
-            group.wait_for(job, self._loop, deadline, "commit()", self._check_open)
-
-    # commit()'s decisions, shared with the asyncio front (eosclient.aio), which waits otherwise.
-
-    def _positions(self) -> dict[TopicPartition, int]:
-        """commit()'s default offsets: every assigned partition's position."""
-        return {tp: s.position for tp, s in self._assignment.states.items()
-                if s.position is not None}
-
-    def _commit_now(self, group: GroupCoordinator, offsets: Mapping[TopicPartition, int],
-                    ) -> bool:
-        """Whether commit() tries under the current generation first (else it finishes the
-        rebalance first).
-
-        Raises:
-            CommitFailedError: inside ``on_revoke`` after the generation was lost: too late.
-        """
-        grouped = self._mode is _Mode.SUBSCRIBE
-        if grouped and group.in_callback and not group.membership.has_generation():
-            raise _commit_failed(sorted(offsets), kept=False)  # on_revoke: too late
-        return not grouped or group.membership.has_generation()
-
-    def _moved_on(self, group: GroupCoordinator, exc: EosError) -> bool:
-        """Whether a commit that failed with ``exc`` is retried after finishing the rebalance:
-        22 ILLEGAL_GENERATION, 25 UNKNOWN_MEMBER_ID, 27 REBALANCE_IN_PROGRESS mean the group
-        moved on; anything else (or a commit from inside on_revoke, which cannot rebalance
-        again) is the caller's."""
-        return self._mode is _Mode.SUBSCRIBE and exc.code in MOVED_ON and not group.in_callback
-
-    def _still_owned(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
-        return {tp: offset for tp, offset in offsets.items() if tp in self._assignment.states}
-
-    def _skip_committed(self, kept: Mapping[TopicPartition, int]) -> None:
-        """After the rebalance's commit: the committed records are not delivered again."""
-        for tp, offset in kept.items():
-            state = self._assignment.states.get(tp)
-            if state is not None and (state.position or 0) < offset:
-                state.seek(offset)  # processed already: not delivered again
-        self._loop.wake()
-
-    @staticmethod
-    def _raise_lost(offsets: Mapping[TopicPartition, int],
-                    kept: Mapping[TopicPartition, int]) -> None:
-        lost = sorted(set(offsets) - set(kept))
-        if lost:
-            raise _commit_failed(lost, kept=bool(kept))
-
-    def _finish_rebalance(self, deadline: float) -> None:
-        """Run the rebalance steps (revoke, then assign, callbacks included) until the member is
-        STABLE again, as :meth:`poll` would; the application's thread, no lock held.
-
-        Raises:
-            KafkaTimeoutError: the group did not finish rebalancing by ``deadline``.
-            FencedError, FatalError: the membership failed.
-            Whatever a rebalance callback raised.
-        """
-        group = self._need_group("commit()")
-        while True:
-            self._rebalance()
-            with self._lock:
-                if self._rebalanced(group):
-                    return
-                if self._rebalance_due():
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise _still_rebalancing(group)
-                self._changed.wait(remaining)
-
-    def _rebalanced(self, group: GroupCoordinator) -> bool:
-        """Whether the member is STABLE again (under the lock).
-
-        Raises:
-            FencedError, FatalError: the membership failed.
-        """
-        self._check_open()
-        group.membership.polled(time.monotonic())
-        if group.membership.error is not None:
-            raise group.membership.error.with_traceback(None)
-        return group.membership.state is State.STABLE
+        self._run(committing.commit_finish(self._session, job, timeout))
 
     def in_generation(self) -> bool:
         """Whether this member holds its group generation now: subscribed, joined, and neither
@@ -706,10 +425,7 @@ class ReadCommittedConsumer:
         before the I/O thread has noticed. A transactional committer checks it just before
         committing: past it, the group may have given the partitions to another member.
         """
-        with self._lock:
-            group = self._group
-            return (self._mode is _Mode.SUBSCRIBE and group is not None
-                    and group.membership.in_generation(time.monotonic()))
+        return self._session.in_generation()
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         """The group, generation, member id and ``group.instance.id``, for
@@ -725,26 +441,12 @@ class ReadCommittedConsumer:
             IllegalStateError: no ``group_id``.
             RetriableError: subscribed, but not yet a member of the group (poll() first).
         """
-        group = self._need_group("group_metadata()")
-        with self._lock:
-            if self._mode is not _Mode.SUBSCRIBE:
-                return ConsumerGroupMetadata(group.group_id)
-            joined = group.membership.last_joined
-        if joined is None:
-            raise error_for(ApiKey.OFFSET_COMMIT, 27, "not yet a member of the group: poll() "
-                            "until partitions are assigned")
-        return ConsumerGroupMetadata(group.group_id, joined[0], joined[1],
-                                     self.config.group_instance_id)
+        return self._session.group_metadata()
 
     def stats(self) -> ClientStats:
         """A snapshot of this consumer's counters and request timings (see
         :mod:`eosclient.stats`); cheap, never blocks on the network. Works after close()."""
-        with self._lock:
-            return ClientStats(
-                "consumer", self.config.client_id, records=self._delivered,
-                batches=self._assignment.fed,
-                rebalances=self._group.assignments if self._group is not None else 0,
-                requests=self._loop.client.latency.snapshot())
+        return self._session.stats()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -764,26 +466,13 @@ class ReadCommittedConsumer:
                 so a coordinator removes that member and no other. A dynamic member always
                 leaves.
         """
-        deadline = self._deadline(timeout)
+        session = self._session
+        deadline = session.deadline(timeout)
         with self._lock:
-            if self._closed:
-                return
-            owned = list(self._assignment.states) if self._mode is _Mode.SUBSCRIBE else []
-        if owned and self._on_revoke is not None:
-            try:
-                self._on_revoke(owned)
-            except Exception:  # closing always closes
-                log.exception("on_revoke raised while closing")
-        if self._reporter is not None:
-            self._reporter.stop()
-        with self._lock:
-            self._closed = True
-            if self._group is not None and self._loop.crashed is None:
-                self._group.leave(self._loop, min(deadline, time.monotonic() + _LEAVE_WAIT),
-                                  static_too=leave_group)
-            self._loop.stop()
-        self._loop.join(max(0.1, deadline - time.monotonic()))
-        self._finalizer.detach()
+            closed_now = drive(session.close(deadline, leave_group), session.loop)
+        if closed_now:
+            session.loop.join(max(0.1, deadline - time.monotonic()))
+            session.finalizer.detach()
 
     def __enter__(self) -> ReadCommittedConsumer:
         return self
@@ -792,143 +481,17 @@ class ReadCommittedConsumer:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else self._mode.name.lower()
-        return f"<ReadCommittedConsumer group_id={self.config.group_id!r} {state}>"
+        return (f"<ReadCommittedConsumer group_id={self.config.group_id!r} "
+                f"{self._session.state_name}>")
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _check_idle_end(self, idle: float) -> None:
-        """records()' end after ``idle`` quiet seconds, shared with the asyncio front: quiet
-        from a cluster never reached is not the end of the data.
-
-        Raises:
-            AllBrokersDownError: no broker was ever reached.
-        """
-        client = self._loop.client
-        if not client.reached:
-            raise client.unreached_error(idle)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise IllegalStateError("the consumer is closed")
-        self._loop.check_alive()
-
-    def _need_group(self, call: str) -> GroupCoordinator:
-        if self._group is None:
-            raise IllegalStateError(f"{call} needs a group_id")
-        return self._group
-
-    def _deadline(self, timeout: float | None) -> float:
-        return time.monotonic() + args.timeout_of(timeout, self.config.default_api_timeout_ms)
-
-    def _state(self, tp: TopicPartition) -> PartitionState:
-        self._check_open()
-        state = self._assignment.states.get(tp)
-        if state is None:
-            raise IllegalStateError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
-        return state
-
-    def _check_waiting(self) -> None:
-        self._check_open()
-        self._check_topics()
-
-    def _take_in(self) -> bool:
-        """poll()'s first step, under the lock: raise what must be raised, take in answers
-        (whether there were any)."""
-        self._check_open()
-        now = time.monotonic()
-        if self._group is not None:
-            self._group.membership.polled(now)
-            if self._group.membership.error is not None:
-                raise self._group.membership.error.with_traceback(None)
-        self._check_topics()
-        self._match_pattern()
-        return self._assignment.feed_all(now, self._fetcher.backoff.initial)
-
-    def _settle(self, followups: list[Followup], fed: bool) -> EosError | None:
-        """poll()'s last step, under the lock: act on what draining found; prefetch."""
-        error = self._assignment.settle(followups)
-        if fed or followups:
-            self._loop.wake()  # what was taken in or drained may be fetched again
-        return error
-
-    def _check_topics(self) -> None:
-        """Raise if the metadata, answered since assign(), says an assigned partition is not
-        there (Java waits forever; a typo deserves an error). Asked once per metadata answer,
-        not per poll: it reads every assigned partition."""
-        version = self._metadata.version
-        if (self._mode is _Mode.ASSIGN and version > self._assigned_at
-                and version != self._found_at):
-            error = missing(self._assignment.states, self._metadata)
-            if error is not None:
-                raise error
-            self._found_at = version
-
-    def _match_pattern(self) -> None:
-        """Subscribe to the topics the pattern matches in the newest all-topics metadata;
-        under the lock. The membership rejoins only if the set changed."""
-        listed, version = self._metadata.all_topics, self._metadata.version
-        if self._pattern is None or listed is None or version == self._matched_at:
-            return
-        self._matched_at = version
-        matched = sorted(t for t in listed if self._pattern.fullmatch(t))
-        if matched and self._group is not None:
-            self._metadata.want(matched)
-            self._group.membership.subscribe(matched, time.monotonic())
-            self._loop.wake()
-
-    def _rebalance_due(self) -> bool:
-        return self._group is not None and self._group.rebalance_due
-
-    def _rebalance(self) -> None:
-        if self._group is not None:  # without a group, poll() spares itself a lock round
-            self._group.run_rebalance(self._loop, self._assignment, self._on_assign,
-                                      self._on_revoke, self._on_lost)
-
-    def _seek_to(self, partitions: Iterable[TopicPartition] | None, how: str) -> None:
-        tps = None if partitions is None else args.partitions_of(partitions)
+    def _run(self, steps: Steps[_T]) -> _T:
+        """Carry an operation's steps out on this thread, under the loop's lock (given up
+        inside for callbacks)."""
         with self._lock:
-            states = list(self._assignment) if tps is None else [self._state(tp) for tp in tps]
-            self._check_open()
-            for state in states:
-                state.reset(how)
-            self._loop.wake()
-
-    def _set_paused(self, partitions: Iterable[TopicPartition], paused: bool) -> None:
-        tps = args.partitions_of(partitions)
-        with self._lock:
-            states = [self._state(tp) for tp in tps]
-            for state in states:
-                state.paused = paused
-            self._loop.wake()
-
-    def _rewind(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """Move each partition's position back to a record the application was not given (a
-        deserializer failed on it); under the lock."""
-        for tp, offset in offsets.items():
-            state = self._assignment.states.get(tp)
-            if state is not None:
-                state.seek(offset)
-        self._loop.wake()
-
-    def _ends(self, partition: TopicPartition, timeout: float | None) -> Ends:
-        tp = args.partition_of(partition)
-        deadline = self._deadline(timeout)
-        with self._lock:
-            self._check_open()
-            return self._fetcher.ends(tp, self._loop, deadline, self._check_open)
+            return drive(steps, self._session.loop)
 
 
-def _still_rebalancing(group: GroupCoordinator) -> KafkaTimeoutError:
-    return KafkaTimeoutError(f"commit(): group {group.group_id!r} still rebalancing "
-                             f"({group.membership.state.name}) when the timeout passed",
-                             api=ApiKey.OFFSET_COMMIT)
-
-
-def _commit_failed(lost: list[TopicPartition], *, kept: bool) -> CommitFailedError:
-    names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in lost)
-    return CommitFailedError(
-        f"a rebalance gave {names} to another member (or is giving them) before their offsets "
-        "were committed; their next owner reads them again from the last commit"
-        + (" (the offsets of the partitions this member kept were committed)" if kept else ""),
-        partitions=lost)
+def _partitions(partitions: Iterable[TopicPartition] | None) -> list[TopicPartition] | None:
+    return None if partitions is None else args.partitions_of(partitions)

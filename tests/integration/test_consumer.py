@@ -295,7 +295,7 @@ def test_confluent_delivers_aborted_records_on_tansu_and_we_do_not(
     tp = TopicPartition(topic_name, 0)
     with consumer(broker.bootstrap_servers, tp) as eos:
         assert values(read(eos, 3)) == COMMITTED and eos.position(tp) == 8
-        [trust] = eos._fetcher._trust.values()  # which mode the broker earned (read only)
+        [trust] = eos._session.fetcher._trust.values()  # which mode the broker earned (read only)
         assert trust.proven is (broker.kind == "noida") and trust.violations == 0
     theirs = confluent_read(broker, topic_name, 0)
     assert theirs == (ABORTED + COMMITTED if broker.kind == "tansu" else COMMITTED)

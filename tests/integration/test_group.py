@@ -320,12 +320,12 @@ def test_the_processors_plain_commit_begins_now_and_is_awaited_later(
     with ReadCommittedConsumer(noida_broker.bootstrap_servers, group_id=unique_name("group"),
                                config={"auto.offset.reset": "earliest"}) as consumer:
         consumer.subscribe([topic_name])
-        assert consumer._commit_start({a: 3}) is None  # not joined yet: nothing sent
+        assert consumer.start_commit({a: 3}) is None  # not joined yet: nothing sent
         wait_for(lambda: bool(consumer.poll(0.1) is not None and consumer.assignment()))
-        job = consumer._commit_start({a: 3})
+        job = consumer.start_commit({a: 3})
         assert job is not None
         wait_for(lambda: job.done)  # no call of the application's drives it
-        consumer._commit_finish(job, 10)
+        consumer.finish_commit(job, 10)
         assert consumer.committed([a]) == {a: 3}
 
 

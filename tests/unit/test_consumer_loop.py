@@ -1,4 +1,5 @@
-"""The consumer's I/O loop (eosclient._consumer.loop) with an application thread waiting on it.
+"""The consumer's I/O loop (eosclient._consumer.loop) with an application thread waiting on it
+(eosclient._net.steps.wait_until, driven as the sync consumer drives it).
 
 No broker: the loop's network client never sends anything (nothing asks it to), so every step
 of the I/O thread is one the waiting application caused, or a timer's.
@@ -8,13 +9,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from eosclient._consumer.loop import IoLoop
 from eosclient._net.client import Answer, NetworkClient
+from eosclient._net.steps import drive, wait_until
 from eosclient.config import ClientConfig
 from eosclient.errors import KafkaTimeoutError
 
@@ -55,6 +57,12 @@ def loop() -> Iterator[IoLoop]:
     made.join()
 
 
+def wait_in(loop: IoLoop, ready: Callable[[], bool], deadline: float, what: str,
+            check: Callable[[], None]) -> None:
+    """Wait under the lock, as the sync consumer does."""
+    drive(wait_until(loop, ready, deadline, what, check), loop)
+
+
 def polls(loop: IoLoop) -> int:
     client: Any = loop.client
     return int(client.polls)
@@ -68,7 +76,7 @@ def test_a_wait_does_not_spin_the_io_thread(loop: IoLoop) -> None:
     before = polls(loop)
     cpu = time.process_time()
     with loop.lock, pytest.raises(KafkaTimeoutError):
-        loop.wait_until(lambda: False, time.monotonic() + 0.5, "nothing", loop.check_alive)
+        wait_in(loop, lambda: False, time.monotonic() + 0.5, "nothing", loop.check_alive)
     used = time.process_time() - cpu
     steps = polls(loop) - before
     assert steps <= 5, f"{steps} steps of the I/O thread in 0.5 s of waiting"
@@ -80,7 +88,7 @@ def test_a_wait_ends_at_the_step_that_makes_it_ready(loop: IoLoop) -> None:
     with loop.lock:
         loop.drivers.append(driver)
         started = time.monotonic()
-        loop.wait_until(lambda: driver.done, started + 5, "the driver", loop.check_alive)
+        wait_in(loop, lambda: driver.done, started + 5, "the driver", loop.check_alive)
     assert time.monotonic() - started < 1.0
 
 
@@ -92,7 +100,7 @@ def test_a_wait_wakes_the_io_thread_for_new_work(loop: IoLoop) -> None:
     with loop.lock:
         loop.drivers.append(driver)
         started = time.monotonic()
-        loop.wait_until(lambda: driver.done, started + 5, "the driver", loop.check_alive)
+        wait_in(loop, lambda: driver.done, started + 5, "the driver", loop.check_alive)
     assert time.monotonic() - started < 0.5
 
 
@@ -101,7 +109,7 @@ def test_a_check_that_raises_ends_the_wait(loop: IoLoop) -> None:
         raise RuntimeError("closed")
 
     with loop.lock, pytest.raises(RuntimeError, match="closed"):
-        loop.wait_until(lambda: False, time.monotonic() + 5, "nothing", check)
+        wait_in(loop, lambda: False, time.monotonic() + 5, "nothing", check)
 
 
 def test_waiters_in_two_threads_both_end(loop: IoLoop) -> None:
@@ -110,8 +118,8 @@ def test_waiters_in_two_threads_both_end(loop: IoLoop) -> None:
 
     def wait() -> None:
         with loop.lock:
-            loop.wait_until(lambda: driver.done, time.monotonic() + 5, "the driver",
-                            loop.check_alive)
+            wait_in(loop, lambda: driver.done, time.monotonic() + 5, "the driver",
+                    loop.check_alive)
         ended.append(time.monotonic())
 
     with loop.lock:

@@ -112,14 +112,14 @@ def consumer() -> Iterator[ReadCommittedConsumer]:
 @pytest.mark.parametrize("call", ["poll", "position"])
 def test_a_consumer_call_waiting_when_the_io_thread_crashes_raises_at_once(
         consumer: ReadCommittedConsumer, call: str) -> None:
-    crash_later(consumer._loop.client, consumer._loop)
+    crash_later(consumer._session.loop.client, consumer._session.loop)
     wait = {"poll": lambda: consumer.poll(30), "position": lambda: consumer.position(TP, 30)}
     assert_fatal_at_once(wait[call])
 
 
 def test_every_later_consumer_call_raises_fatal_error(consumer: ReadCommittedConsumer) -> None:
-    crash_later(consumer._loop.client, consumer._loop, 0.0)
-    while consumer._loop.crashed is None:
+    crash_later(consumer._session.loop.client, consumer._session.loop, 0.0)
+    while consumer._session.loop.crashed is None:
         time.sleep(0.01)
     for call in (lambda: consumer.poll(30), lambda: consumer.position(TP, 30),
                  lambda: consumer.seek(TP, 0), lambda: consumer.seek_to_end([TP]),

@@ -94,7 +94,7 @@ _METHODS = {
               "send_copies", "probe", "backoff", "sleep", "close_clients"],
     "producer": ["init_transactions", "partitions_for", "begin_transaction",
                  "send_offsets_to_transaction", "commit_transaction", "abort_transaction"],
-    "consumer": ["poll_batch", "assignment", "committed", "_commit_start", "_commit_finish",
+    "consumer": ["poll_batch", "assignment", "committed", "start_commit", "finish_commit",
                  "seek", "seek_to_beginning",
                  "group_metadata", "in_generation", "high_watermark", "last_stable_offset",
                  "topic_metadata"],
@@ -106,7 +106,7 @@ _DEFAULTS: dict[str, Any] = {
     "producer.partitions_for": [TopicPartition("out", 0)],
     "consumer.assignment": [TP],
     "consumer.group_metadata": "metadata",
-    "consumer._commit_start": "plain commit",  # the job _commit_finish waits for
+    "consumer.start_commit": "plain commit",  # the job finish_commit waits for
     "consumer.in_generation": True,
     "consumer.committed": lambda tps, *_: dict.fromkeys(tps, 0),
     "consumer.poll_batch": lambda timeout, most: {},
@@ -138,8 +138,8 @@ def test_a_poll_becomes_one_transaction_with_its_offsets(kind: type[Script]) -> 
         "front.open_consumer", "consumer.poll_batch", "producer.begin_transaction",
         "front.send_copies", "consumer.group_metadata", "producer.send_offsets_to_transaction",
         "consumer.in_generation", "producer.commit_transaction",
-        "consumer.in_generation", "consumer._commit_start",  # the offsets again, plainly
-        "consumer.assignment", "consumer._commit_finish", "front.close_clients"]
+        "consumer.in_generation", "consumer.start_commit",  # the offsets again, plainly
+        "consumer.assignment", "consumer.finish_commit", "front.close_clients"]
     [(topic, runs)] = script.args("front.send_copies")  # one run per input partition
     assert topic == "out"
     assert runs == [([b"%d" % o for o in range(3)], None,  # keyless: the keys left out
@@ -212,8 +212,8 @@ def test_revoking_commits_the_open_transaction_and_awaits_its_offsets() -> None:
     names = script.names()
     commit = names.index("producer.commit_transaction")
     assert names[commit - 1] == "consumer.in_generation"
-    assert names[commit + 1:commit + 4] == ["consumer.in_generation", "consumer._commit_start",
-                                            "consumer._commit_finish"]
+    assert names[commit + 1:commit + 4] == ["consumer.in_generation", "consumer.start_commit",
+                                            "consumer.finish_commit"]
     assert names[commit + 4] == "consumer.committed"  # the hand-over waits for the group
     assert stats.transactions_committed == 1
 
@@ -258,10 +258,10 @@ def test_a_committed_transactions_offsets_are_committed_again_plainly() -> None:
     assert stats.transactions_committed == 2
     # the first transaction's offsets; the second finished after the generation ran out
     # (checked by the clock after its commit): not this member's to commit any more
-    assert script.args("consumer._commit_start") == [({TP: 3},)]
-    assert script.args("consumer._commit_finish") == [("plain commit", 10.0)]
+    assert script.args("consumer.start_commit") == [({TP: 3},)]
+    assert script.args("consumer.finish_commit") == [("plain commit", 10.0)]
     names = script.names()
-    start, finish = names.index("consumer._commit_start"), names.index("consumer._commit_finish")
+    start, finish = names.index("consumer.start_commit"), names.index("consumer.finish_commit")
     assert start < names.index("producer.begin_transaction", 6) < finish
     assert finish < names.index("producer.send_offsets_to_transaction", start)
 
@@ -272,7 +272,7 @@ def test_a_committed_transactions_offsets_are_committed_again_plainly() -> None:
 def test_a_refused_plain_commit_is_logged_and_the_run_goes_on(
         refusal: Exception, caplog: pytest.LogCaptureFixture) -> None:
     script = Script(consumer__poll_batch=Each([{TP: columns(0, 3)}, {TP: columns(3, 3)}, {}]),
-                    consumer___commit_finish=refusal)
+                    consumer__finish_commit=refusal)
     with caplog.at_level(logging.INFO, "eosclient.processor"):
         stats = run(script, ProcessorCore(settings(max_records_per_transaction=3)),
                     max_records=6)
@@ -282,7 +282,7 @@ def test_a_refused_plain_commit_is_logged_and_the_run_goes_on(
 
 def test_a_fenced_plain_commit_ends_the_run() -> None:
     script = Script(consumer__poll_batch=Each([{TP: columns(0, 3)}, {}]),
-                    consumer___commit_finish=FencedError("FENCED_INSTANCE_ID"))
+                    consumer__finish_commit=FencedError("FENCED_INSTANCE_ID"))
     with pytest.raises(FencedError):
         run(script, ProcessorCore(settings()), max_records=3)
 
@@ -316,9 +316,9 @@ def test_partitions_lost_and_given_back_start_past_what_this_instance_committed(
     assert script.args("consumer.seek") == [(TP, 2)]
     # and the group is told again (its plain commit after the transaction may have been
     # refused: the generation had moved on), or the next owner would copy those records again
-    assert script.args("consumer._commit_start")[-1] == ({TP: 2},)
+    assert script.args("consumer.start_commit")[-1] == ({TP: 2},)
     assert names.index("consumer.seek") < len(names) - 1 - names[::-1].index(
-        "consumer._commit_start")
+        "consumer.start_commit")
 
 
 def test_a_member_that_lost_its_generation_proves_it_was_not_replaced(

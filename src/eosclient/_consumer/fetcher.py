@@ -43,7 +43,7 @@ from typing import Any, Final
 
 from eosclient._consumer import protocol as wire
 from eosclient._consumer.lookups import Ends, OffsetQuery, Step
-from eosclient._consumer.loop import IoLoop
+from eosclient._consumer.loop import UNCHANGED, IoLoop
 from eosclient._consumer.partitions import (
     Assignment,
     CompletedFetch,
@@ -55,6 +55,7 @@ from eosclient._core.isolation import IndexTrust
 from eosclient._core.types import TopicPartition
 from eosclient._net.backoff import Backoff
 from eosclient._net.client import Answer, NetworkClient
+from eosclient._net.steps import Steps, wait_until
 from eosclient.config import ConsumerConfig
 from eosclient.errors import ApiKey, ResponseTooLargeError, RetriableError, error_for
 
@@ -137,8 +138,8 @@ class Fetcher:
         return query
 
     def ends(self, tp: TopicPartition, loop: IoLoop, deadline: float,
-             check: Callable[[], None]) -> Ends:
-        """Where ``tp`` begins and ends now (the application's thread, under the lock).
+             check: Callable[[], None]) -> Steps[Ends]:
+        """Where ``tp`` begins and ends now (steps run under the lock).
 
         Raises:
             KafkaTimeoutError: no answer by ``deadline``.
@@ -147,8 +148,9 @@ class Fetcher:
         self._metadata.want((tp.topic,))
         query = self.query([tp], want_end=True)
         try:
-            loop.wait_until(lambda: query.done, deadline, f"the end offsets of {tp}",
-                            lambda: self.check_ends(tp, check))
+            yield from wait_until(loop, lambda: query.done, deadline,
+                                  f"the end offsets of {tp}", lambda: self.check_ends(tp, check),
+                                  unchanged=UNCHANGED)
         finally:
             self.queries.remove(query)
         if query.error is not None:

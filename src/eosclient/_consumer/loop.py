@@ -10,8 +10,9 @@ partitions, the group membership, offset jobs, metadata), and the thread loops:
    event, or a wakeup from an application call.
 2. **Under the lock**: every finished request is dispatched to the callback that sent it, then
    each driver (the :class:`~eosclient._consumer.fetcher.Fetcher`, the
-   :class:`~eosclient.group.GroupCoordinator`) sends what is due and says when it next needs a
-   step; metadata is refreshed when due. Then every waiting application call is notified.
+   :class:`~eosclient._consumer.group.GroupCoordinator`) sends what is due and says when it
+   next needs a step; metadata is refreshed when due. Then every waiting application call is
+   notified.
 
 Decoding and filtering do not happen here: ``poll()`` does them on the application's thread,
 as Java's consumer does, so the work lands where the records are wanted and this thread's lock
@@ -31,9 +32,8 @@ from typing import Concatenate, Final, ParamSpec, Protocol, TypeVar
 
 from eosclient._net.client import Answer, NetworkClient
 from eosclient._net.io_thread import IoThread, stopped_error
-from eosclient.errors import EosError, KafkaTimeoutError
 
-__all__ = ["Driver", "IoLoop", "serialized"]
+__all__ = ["UNCHANGED", "Driver", "IoLoop", "serialized"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -42,6 +42,7 @@ _S = TypeVar("_S", bound="_Serialized")
 log = logging.getLogger("eosclient.consumer")
 
 _MAX_SLEEP: Final = 1.0  # seconds: liveness bound (missed wakeups)
+UNCHANGED: Final = "the consumer is unchanged"  # what a consumer's wait that timed out left
 _JOIN_TIMEOUT: Final = 10.0
 
 
@@ -81,35 +82,6 @@ class IoLoop(IoThread):
         super().__init__(client, name)
         self.drivers: list[Driver] = []
         self.stopped = False
-
-    def wait_until(self, ready: Callable[[], bool], deadline: float, what: str,
-                   check: Callable[[], None], cause: Callable[[], EosError | None] | None = None,
-                   ) -> None:
-        """Wait (under the lock) until ``ready()``, calling ``check()`` (which raises to stop
-        waiting) before each wait.
-
-        The I/O thread is woken once, for what the caller asked of it just before; after that
-        it runs by itself (answers, timers) and notifies after every step. Waking it again at
-        each of those notifications would make the two threads wake each other without end,
-        spinning two cores until the answer comes (and on a small machine starving the broker
-        that is to send it).
-
-        Raises:
-            KafkaTimeoutError: ``deadline`` passed first (chained from ``cause()``, else from
-                the last failed connect, if any); the work it waited for may still complete.
-        """
-        woken = False
-        while not ready():
-            check()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise KafkaTimeoutError(f"{what} did not finish in time; the consumer is "
-                                        "unchanged") from ((cause() if cause else None)
-                                                           or self.client.connect_failure)
-            if not woken:
-                self.wake()
-                woken = True
-            self.changed.wait(remaining)
 
     def check_alive(self) -> None:
         """Raise if the thread died of a bug.

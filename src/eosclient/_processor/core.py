@@ -11,9 +11,9 @@ The ports a front provides:
 
 * ``consumer``: a read_committed consumer (sync or async) with ``poll_batch``, ``assignment``,
   ``committed``, ``seek``, ``seek_to_beginning``, ``group_metadata``, ``in_generation``,
-  ``high_watermark``, ``last_stable_offset``, ``topic_metadata``, and ``_commit_start`` (a plain
+  ``high_watermark``, ``last_stable_offset``, ``topic_metadata``, and ``start_commit`` (a plain
   commit begun, not waited for: its job, None if out of the generation) with
-  ``_commit_finish(job, timeout)``;
+  ``finish_commit(job, timeout)``;
 * ``producer``: a transactional producer with ``init_transactions``, ``partitions_for``,
   ``begin_transaction``, ``send_offsets_to_transaction``, ``commit_transaction``,
   ``abort_transaction``, ``flush``;
@@ -362,7 +362,7 @@ class ProcessorCore:
         not raised.
         """
         if (yield Io("consumer", "in_generation")):  # else not this member's to commit any more
-            self._securing = yield Io("consumer", "_commit_start", (dict(offsets),))
+            self._securing = yield Io("consumer", "start_commit", (dict(offsets),))
 
     def _secured(self) -> Steps[None]:
         """Wait for the plain commit :meth:`_secure` began, if any.
@@ -374,7 +374,7 @@ class ProcessorCore:
         if job is None:
             return
         try:
-            yield Io("consumer", "_commit_finish", (job, _SECURE_TIMEOUT))
+            yield Io("consumer", "finish_commit", (job, _SECURE_TIMEOUT))
         except (AbortableError, RetriableError, KafkaTimeoutError) as exc:
             log.info("committed offsets not secured outside the transaction: %r", exc)
 
