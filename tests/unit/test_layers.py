@@ -131,3 +131,34 @@ def test_importing_the_package_loads_nothing_of_the_roof() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60, check=True)
     assert result.stdout.strip() == "[]", result.stdout
+
+
+def _own_names(tree: ast.Module) -> set[str]:
+    """The underscore names a module defines itself: its functions, methods, classes and the
+    attributes its methods set on ``self``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.value, ast.Name) and node.value.id == "self"):
+            names.add(node.attr)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)  # a class's declared slots and fields
+    return names
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "aio").glob("*.py")), ids=lambda p: p.name)
+def test_the_asyncio_fronts_read_no_other_class_private_names(path: Path) -> None:
+    """The asyncio fronts are as thin as the sync ones: they call the shared sessions' named
+    interface, never another module's ``_private`` attribute, so a change behind that interface
+    cannot break them without a type error."""
+    tree = ast.parse(path.read_text(), str(path))
+    own = _own_names(tree)
+    offences = sorted(
+        f"{path.name}:{node.lineno} reads .{node.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_")
+        and not node.attr.startswith("__") and node.attr not in own
+        and not (isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"}))
+    assert not offences, "\n".join(offences)
