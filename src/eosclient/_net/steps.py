@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from eosclient._net.io_thread import IoThread
@@ -42,11 +42,16 @@ class Block(NamedTuple):
 
 
 class Call(NamedTuple):
-    """Call a user's callback with ``args``; its result is sent back (awaited first by the
-    asyncio front if it is awaitable)."""
+    """Call ``fn(*args, **kwargs)`` (a user's callback, or a port's method): its result is sent
+    back (awaited first by the asyncio front if it is awaitable), its exception thrown in."""
 
     fn: Callable[..., object]
     args: tuple[object, ...] = ()
+    kwargs: Mapping[str, object] | None = None
+
+    def run(self) -> object:
+        """Make the call."""
+        return self.fn(*self.args, **self.kwargs) if self.kwargs else self.fn(*self.args)
 
 
 Steps = Generator[Block | Call, Any, _T]
@@ -83,17 +88,21 @@ def wait_until(io: IoThread, ready: Callable[[], bool], deadline: float, what: s
         yield Block(remaining)
 
 
-def drive(steps: Steps[_T], io: IoThread) -> _T:
-    """Carry ``steps`` out on the application's thread, which holds ``io.lock``."""
+def drive(steps: Generator[Any, Any, _T], io: IoThread | None = None, *,
+          bind: Callable[[Any], Call] | None = None) -> _T:
+    """Carry ``steps`` out on the application's thread, which holds ``io.lock`` (steps that
+    block need ``io``). ``bind`` makes a :class:`Call` of each step that is not a
+    :class:`Block` (the processor's port calls, :mod:`eosclient._processor.steps`)."""
     try:
         step = next(steps)
         while True:
             if isinstance(step, Block):
+                assert io is not None, "steps that block need the I/O thread they wait on"
                 io.changed.wait(step.seconds)
                 step = next(steps)
                 continue
             try:
-                result = step.fn(*step.args)
+                result = (step if bind is None else bind(step)).run()
             except BaseException as exc:  # the steps decide (finish a rebalance), then raise
                 step = steps.throw(exc)
             else:
@@ -103,21 +112,24 @@ def drive(steps: Steps[_T], io: IoThread) -> _T:
         return value
 
 
-async def adrive(steps: Steps[_T], driver: LoopDriver) -> _T:
-    """Carry ``steps`` out on the event loop that runs ``driver``.
+async def adrive(steps: Generator[Any, Any, _T], driver: LoopDriver | None = None, *,
+                 bind: Callable[[Any], Call] | None = None) -> _T:
+    """Carry ``steps`` out on the event loop that runs ``driver`` (steps that block need it);
+    ``bind`` as :func:`drive`'s.
 
     A cancelled task throws :class:`asyncio.CancelledError` into the steps where they blocked
-    or awaited a callback, so an operation can finish what must be finished before it ends.
+    or awaited a call, so an operation can finish what must be finished before it ends.
     """
     try:
         step = next(steps)
         while True:
             try:
                 if isinstance(step, Block):
+                    assert driver is not None, "steps that block need the loop's driver"
                     await driver.changed(step.seconds)
                     result: object = None
                 else:
-                    result = step.fn(*step.args)
+                    result = (step if bind is None else bind(step)).run()
                     if inspect.isawaitable(result):
                         result = await result
             except BaseException as exc:

@@ -1,20 +1,24 @@
 """Steps: how the processor's decisions are written once and carried out by two fronts.
 
 A decision that needs I/O is a generator: it *yields* each I/O it needs as an :class:`Io` value
-(``Io("consumer", "poll_batch", (0.1,), {"max_records": 500})``: call that method of that
-port), and is sent the result back (or thrown the exception). It touches no client, socket,
-thread or event loop, so the sync and the asyncio front run the very same decisions; a
-subroutine is ``yield from``. A front is only the loop that carries the steps out:
-:func:`drive` calls each method on its sync ports; the asyncio front
+(``Io("consumer", "poll_batch", (0.1,), {"max_records": 500})``: call that method of that port),
+and is sent the result back (or thrown the exception). It touches no client, socket, thread or
+event loop, so the sync and the asyncio front run the very same decisions; a subroutine is
+``yield from``. A front is only the loop that carries the steps out, and that loop is the
+clients' own (:mod:`eosclient._net.steps`), each ``Io`` made a call of the front's ports
+(:func:`bound`): :func:`drive` calls each method on its sync ports; the asyncio front
 (:func:`eosclient.aio.processor.adrive`) calls it on its async ports and awaits what it returns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-__all__ = ["Io", "Ports", "Steps", "drive"]
+from eosclient._net.steps import Call
+from eosclient._net.steps import drive as drive_steps
+
+__all__ = ["Io", "Ports", "Steps", "bound", "drive"]
 
 _T = TypeVar("_T")
 
@@ -37,23 +41,12 @@ class Ports(Protocol):
     def __getitem__(self, port: str, /) -> object: ...
 
 
-def call(ports: Ports, io: Io) -> Any:
-    """Start ``io`` on ``ports``: its result (the asyncio front awaits it if awaitable)."""
-    method = getattr(ports[io.port], io.method)
-    return method(*io.args, **io.kwargs) if io.kwargs else method(*io.args)
+def bound(ports: Ports) -> Callable[[Io], Call]:
+    """How a front's driver makes each :class:`Io` a call of its ports' method."""
+    return lambda io: Call(getattr(ports[io.port], io.method), io.args, io.kwargs)
 
 
 def drive(steps: Steps[_T], ports: Ports) -> _T:
-    """Carry ``steps`` out on sync ports, to their return value (or exception)."""
-    try:
-        io = next(steps)
-        while True:
-            try:
-                result = call(ports, io)
-            except BaseException as exc:  # the steps decide (an abort, a cleanup), then raise
-                io = steps.throw(exc)
-            else:
-                io = steps.send(result)
-    except StopIteration as done:
-        value: _T = done.value
-        return value
+    """Carry ``steps`` out on sync ports, to their return value (or exception): the one
+    driver of :mod:`eosclient._net.steps`, each :class:`Io` :func:`bound` to ``ports``."""
+    return drive_steps(steps, bind=bound(ports))

@@ -21,9 +21,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from eosclient._net.steps import adrive as adrive_steps
 from eosclient._processor.core import CopyRun, Item, Output, ProcessorCore, ProcessorSettings
 from eosclient._processor.stats import ProcessorStats
-from eosclient._processor.steps import Ports, Steps, call
+from eosclient._processor.steps import Ports, Steps, bound
 from eosclient.aio.consumer import AsyncReadCommittedConsumer
 from eosclient.aio.producer import AsyncTransactionalProducer, send_many, send_run
 from eosclient.config import ConsumerConfig, ProducerConfig
@@ -46,20 +47,7 @@ async def adrive(steps: Steps[_T], ports: Ports) -> _T:
     """Carry ``steps`` out on async ports (:func:`eosclient._processor.steps.drive`, awaited):
     a result that is awaitable is awaited; an exception (a cancellation included) is thrown
     into the steps, which decide what follows (abort, close) and re-raise it."""
-    try:
-        io = next(steps)
-        while True:
-            try:
-                result = call(ports, io)
-                if inspect.isawaitable(result):
-                    result = await result
-            except BaseException as exc:
-                io = steps.throw(exc)
-            else:
-                io = steps.send(result)
-    except StopIteration as done:
-        value: _T = done.value
-        return value
+    return await adrive_steps(steps, bind=bound(ports))
 
 
 class AsyncExactlyOnceProcessor:
