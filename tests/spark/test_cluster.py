@@ -11,7 +11,8 @@ with every line in Kafka exactly once.
 
 The fast suite runs atomic mode on noida-db (about a minute on a two-core machine); with
 ``--long``, partitioned mode and the ``eosclient-kafka`` data source writer on both brokers, and
-atomic mode on Tansu.
+atomic mode on Tansu; then every mode on both brokers with the held task's whole worker lost
+(worker and executor SIGKILLed together).
 """
 
 from __future__ import annotations
@@ -68,10 +69,29 @@ def test_an_executor_killed_mid_batch(
         assert outcomes == [{"batch_id": b, "written": 1, "skipped": 0} for b in range(FILES)]
 
 
+@pytest.mark.long
+@pytest.mark.parametrize("mode", ["atomic", "partitioned", "writer"])
+def test_a_worker_lost_mid_batch(
+        spark_cluster: SparkCluster, broker: RunningBroker, unique_name: Names, tmp_path: Path,
+        mode: str) -> None:
+    # The held task's worker and its executor are SIGKILLed together, as a lost host: the
+    # master cannot replace the executor (the other worker's one core is taken), so the task
+    # runs again on the remaining executor. A new worker takes the lost one's place after.
+    try:
+        outcomes = run_with_a_killed_executor(spark_cluster, broker, mode, unique_name,
+                                              tmp_path, fault="worker")
+    finally:
+        while spark_cluster.alive_workers() < 2:
+            spark_cluster.add_worker()
+    if mode != "writer":
+        assert outcomes == [{"batch_id": b, "written": 1, "skipped": 0} for b in range(FILES)]
+
+
 def run_with_a_killed_executor(cluster: SparkCluster, broker: RunningBroker, mode: str,
-                               names: Names, tmp_path: Path) -> list[dict[str, int]]:
-    """Run the query, SIGKILL the executor of the held task, check every line once; return the
-    sink's outcomes."""
+                               names: Names, tmp_path: Path, *, fault: str = "executor",
+                               ) -> list[dict[str, int]]:
+    """Run the query, SIGKILL the executor of the held task (or, ``fault="worker"``, its
+    worker with it), check every line once; return the sink's outcomes."""
     topic = topics.create_topic(broker, names("out"), 2)
     expected = write_inputs(tmp_path / "in", FILES, LINES)
     in_order(tmp_path / "in")
@@ -91,7 +111,10 @@ def run_with_a_killed_executor(cluster: SparkCluster, broker: RunningBroker, mod
             held = wait_for_held(child, markers, log)
             executor = cluster.executor_of(held["pid"])
             assert executor is not None, f"no executor JVM above {held}"
-            cluster.kill_executor(executor)
+            if fault == "worker":
+                cluster.kill_worker(executor.worker)
+            else:
+                cluster.kill_executor(executor)
             killed_at = time.monotonic() - started
             child.wait(QUERY_WAIT)
         finally:
@@ -100,16 +123,18 @@ def run_with_a_killed_executor(cluster: SparkCluster, broker: RunningBroker, mod
                 child.wait()
         output = output_of(log)
     took = time.monotonic() - started
-    print(f"{mode} on {broker.kind}: executor {executor.executor_id} killed after "
+    print(f"{mode} on {broker.kind}: {fault} of executor {executor.executor_id} killed after "
           f"{killed_at:.1f} s, query done after {took:.1f} s")
     assert child.returncode == 0, output[-4000:]
     # The executors import eosclient from this environment, with this interpreter.
     assert (held["python"], held["eosclient"]) == (sys.executable, eosclient.__file__)
 
-    # The held task ran again; the master started a replacement executor for the app.
+    # The held task ran again; the master started a replacement executor for the app (on
+    # the worker that lost one; a lost worker's executor has no place to be replaced).
     assert sorted(markers.glob(f"ran-{HOLD_BATCH}-*-[1-9]")), sorted(markers.iterdir())
-    assert len(executor_dirs(cluster, executor.app_id)) >= 3, executor_dirs(cluster,
-                                                                            executor.app_id)
+    if fault == "executor":
+        started_executors = executor_dirs(cluster, executor.app_id)
+        assert len(started_executors) >= 3, started_executors
     wait_until_idle(cluster, executor.app_id)
 
     visible(broker.bootstrap_servers, topic, len(expected))
@@ -148,6 +173,6 @@ def executor_dirs(cluster: SparkCluster, app_id: str) -> list[Path]:
 def wait_until_idle(cluster: SparkCluster, app_id: str) -> None:
     """Wait until the application's executors are gone (the next test needs both cores)."""
     deadline = time.monotonic() + IDLE_WAIT
-    while any(e.app_id == app_id for e in cluster.executors()):
-        assert time.monotonic() < deadline, f"executors of {app_id} still running"
+    while left := [e for e in cluster.executors() if e.app_id == app_id]:
+        assert time.monotonic() < deadline, f"{app_id} ended, its executors still run: {left}"
         time.sleep(0.2)

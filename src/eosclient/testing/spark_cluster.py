@@ -56,6 +56,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -140,6 +141,7 @@ class SparkCluster:
         self._master: _Daemon | None = None
         self._workers: list[_Daemon] = []
         self._worker_ports: list[int] = []
+        self._lost: set[int] = set()  # workers killed on purpose (kill_worker)
         self.master_url = ""
         self.web_url = ""
 
@@ -227,6 +229,7 @@ class SparkCluster:
         """SIGKILL worker ``index`` and its executors at once (its process group), as a lost
         host would: the master and the driver see its connections close."""
         worker = self._workers[index]
+        self._lost.add(index)
         _signal_group(worker.proc.pid, signal.SIGKILL)
         worker.proc.wait(_KILL_WAIT)
 
@@ -236,36 +239,44 @@ class SparkCluster:
 
         Raises:
             SparkClusterError: it exited or was not registered within ``timeout``; it is
-                stopped again.
+                killed again (and counted lost).
         """
         deadline = time.monotonic() + timeout
         index = self._spawn_worker()
-        self._worker_ports.append(self._wait_for_worker_port(self._workers[index], deadline))
-        self.wait_for_workers(1, max(deadline - time.monotonic(), 0.0), including=index)
+        try:
+            self._worker_ports.append(self._wait_for_worker_port(self._workers[index], deadline))
+            self._wait_registered(lambda ours: self._worker_ports[index] in ours,
+                                  "the new worker", deadline)
+        except BaseException:
+            self.kill_worker(index)
+            raise
         return index
 
-    def wait_for_workers(self, count: int, timeout: float, *, including: int | None = None,
-                         ) -> None:
-        """Return once the master lists ``count`` of this cluster's workers ALIVE (and worker
-        ``including`` among them).
+    def wait_for_workers(self, count: int, timeout: float) -> None:
+        """Return once the master lists ``count`` of this cluster's workers ALIVE.
 
         Raises:
-            SparkClusterError: not so within ``timeout``, or a worker process exited.
+            SparkClusterError: not so within ``timeout``, or the master or a worker not killed
+                by :meth:`kill_worker` exited.
         """
-        deadline = time.monotonic() + timeout
+        self._wait_registered(lambda ours: len(ours) >= count, f"{count} workers",
+                              time.monotonic() + timeout)
+
+    def _wait_registered(self, done: Callable[[set[int]], bool], what: str,
+                         deadline: float) -> None:
+        """Poll the master until ``done`` holds for the ports of this cluster's ALIVE workers."""
         while True:
-            for daemon in self._daemons():
-                if not daemon.running and (daemon is self._master or including is None
-                                           or daemon is self._workers[including]):
+            watched = [w for i, w in enumerate(self._workers) if i not in self._lost]
+            for daemon in [*([self._master] if self._master else []), *watched]:
+                if not daemon.running:
                     raise self._error(f"{daemon.name} exited with status {daemon.proc.poll()}")
             view = self.status(max(deadline - time.monotonic(), 0.5))
-            alive = {w.get("port") for w in view.get("workers", []) if w.get("state") == "ALIVE"}
-            ours = alive & set(self._worker_ports)
-            wanted = including is None or self._worker_ports[including] in ours
-            if len(ours) >= count and wanted:
+            ours = {w.get("port") for w in view.get("workers", [])
+                    if w.get("state") == "ALIVE"} & set(self._worker_ports)
+            if done(ours):
                 return
             if time.monotonic() >= deadline:
-                raise self._error(f"{len(ours)} of {count} workers registered in {timeout:.0f} s")
+                raise self._error(f"{what} not registered in time ({len(ours)} alive)")
             time.sleep(_POLL_INTERVAL)
 
     # -- what drivers need ----------------------------------------------------------------------
