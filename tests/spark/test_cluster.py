@@ -123,7 +123,8 @@ def run_with_a_killed_executor(cluster: SparkCluster, broker: RunningBroker, mod
                 child.wait()
         output = output_of(log)
     took = time.monotonic() - started
-    print(f"{mode} on {broker.kind}: {fault} of executor {executor.executor_id} killed after "
+    lost = " with its worker" if fault == "worker" else ""
+    print(f"{mode} on {broker.kind}: executor {executor.executor_id} killed{lost} after "
           f"{killed_at:.1f} s, query done after {took:.1f} s")
     assert child.returncode == 0, output[-4000:]
     # The executors import eosclient from this environment, with this interpreter.
