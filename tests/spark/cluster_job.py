@@ -3,13 +3,13 @@ child process: the test process may already hold a local SparkContext, and a pro
 
 ``atomic``, ``partitioned`` and ``writer`` stream the text files of ``--input`` (one file per
 micro-batch) to Kafka: through ``ExactlyOnceKafkaSink`` in that mode, or through the
-``eosclient-kafka`` data source's streaming writer. In batch ``--hold-batch`` the first attempt
-of every task stops mid-batch after a few rows, writes ``held-<pid>`` in ``--markers`` (its
-Python worker's pid, the interpreter it runs and where it imported eosclient from: executors
-must import it as a user's cluster would, installed in the interpreter ``PYSPARK_PYTHON``
-names) and waits there (at most ``HOLD_SECONDS``) for the test to kill its executor; every
-attempt writes ``ran-<batch>-<partition>-<attempt>``. At the end the job prints the sink's
-outcomes as JSON (the writer has none: ``[]``).
+``eosclient-kafka`` data source's streaming writer. In batch ``--hold-batch`` one task (the
+first to get there; once per query) stops mid-batch after a few rows, writes ``held-<pid>`` in
+``--markers`` (its Python worker's pid, its partition, the interpreter it runs and where it
+imported eosclient from: executors must import it as a user's cluster would, installed in the
+interpreter ``PYSPARK_PYTHON`` names) and waits there (at most ``HOLD_SECONDS``) for the test
+to kill its executor; every task attempt writes ``ran-<batch>-<partition>-<task attempt
+id>``. At the end the job prints the sink's outcomes as JSON (the writer has none: ``[]``).
 """
 
 from __future__ import annotations
@@ -58,19 +58,29 @@ def build_cluster_session(master: str, app: str) -> SparkSession:
 # -- what runs on the executors (pickled by value: this file is __main__ there) ------------------
 
 
-def _attempt() -> tuple[int, int]:
+def _ran(markers: str, batch_id: int) -> None:
+    """Record that this task attempt ran (``taskAttemptId`` is unique in the application; the
+    attempt number is not: a stage run again numbers its tasks' attempts from 0)."""
     context = TaskContext.get()
     assert context is not None
-    return context.partitionId(), context.attemptNumber()
+    Path(markers, f"ran-{batch_id}-{context.partitionId()}-{context.taskAttemptId()}").touch()
+
+
+def _holds(markers: str, batch_id: int, hold_batch: int) -> bool:
+    """Whether to hold here: in ``hold_batch``, once per query (no task held before)."""
+    return batch_id == hold_batch and not any(Path(markers).glob("held-*"))
 
 
 def _hold(markers: str) -> None:
-    """Tell the test where this task's Python worker is (and what it imported eosclient from,
-    with which interpreter), then wait for the kill (bounded: a test that never kills finds the
-    batch written late, and fails on its own checks)."""
+    """Tell the test where this task's Python worker is (its partition, and what it imported
+    eosclient from, with which interpreter), then wait for the kill (bounded: a test that never
+    kills finds the batch written late, and fails on its own checks)."""
     import eosclient  # noqa: PLC0415 - what the executor's Python finds
 
-    where = {"pid": os.getpid(), "python": sys.executable, "eosclient": eosclient.__file__}
+    context = TaskContext.get()
+    assert context is not None
+    where = {"pid": os.getpid(), "partition": context.partitionId(), "python": sys.executable,
+             "eosclient": eosclient.__file__}
     Path(markers, f"held-{os.getpid()}.tmp").write_text(json.dumps(where))
     Path(markers, f"held-{os.getpid()}.tmp").rename(Path(markers, f"held-{os.getpid()}"))
     time.sleep(HOLD_SECONDS)
@@ -78,14 +88,13 @@ def _hold(markers: str) -> None:
 
 def held_rows(markers: str, batch_id: int, hold_batch: int,
               ) -> Callable[[Iterable[Any]], Iterator[Any]]:
-    """A row filter that records each attempt, and holds a first attempt of ``hold_batch``
+    """A row filter that records each attempt, and holds the first task of ``hold_batch``
     after ``HELD_AFTER`` rows."""
 
     def rows_of(rows: Iterable[Any]) -> Iterator[Any]:
-        partition, attempt = _attempt()
-        Path(markers, f"ran-{batch_id}-{partition}-{attempt}").touch()
+        _ran(markers, batch_id)
         for i, row in enumerate(rows):
-            if i == HELD_AFTER and attempt == 0 and batch_id == hold_batch:
+            if i == HELD_AFTER and _holds(markers, batch_id, hold_batch):
                 _hold(markers)
             yield row
 
@@ -94,7 +103,7 @@ def held_rows(markers: str, batch_id: int, hold_batch: int,
 
 class HeldSink(ExactlyOnceKafkaSink):
     """The partitioned sink, with each task's rows passed through :func:`held_rows`: a held
-    task stops mid-transaction, its first records sent."""
+    task stops mid-transaction (begun, its first rows handed to the producer)."""
 
     markers = ""
     hold_batch = -1
@@ -141,19 +150,18 @@ def stream(spark: SparkSession, opts: argparse.Namespace) -> list[dict[str, int]
 
 def _writer(spark: SparkSession, out: DataFrame, opts: argparse.Namespace,
             ) -> list[dict[str, int]]:
-    """The data source writer, two tasks per batch; a Python UDF holds the first attempt of
-    each task of the hold batch (it runs in the writing task, before the rows reach it)."""
+    """The data source writer, two tasks per batch; a Python UDF holds the task of the hold
+    batch that has its line ``HELD_AFTER`` (it runs in the writing task, before the rows reach
+    the writer)."""
     markers, hold_batch = opts.markers, opts.hold_batch
     batch_of_file = {int(p.name.split("-")[1].split(".")[0]): i  # in_order(): file i, batch i
                      for i, p in enumerate(sorted(Path(opts.input).iterdir()))}
 
     def pass_or_hold(value: str) -> str:
-        partition, attempt = _attempt()
-        file = int(value[1:value.index("-")])
-        line = int(value[value.index("-") + 1:-1])
-        if line == 0:
-            Path(markers, f"ran-{batch_of_file[file]}-{partition}-{attempt}").touch()
-        if attempt == 0 and batch_of_file[file] == hold_batch and line == HELD_AFTER:
+        batch_id = batch_of_file[int(value[1:value.index("-")])]
+        _ran(markers, batch_id)  # per row: the UDF does not see where a task begins
+        if int(value[value.index("-") + 1:-1]) == HELD_AFTER and _holds(markers, batch_id,
+                                                                        hold_batch):
             _hold(markers)
         return value
 

@@ -179,7 +179,7 @@ class SparkCluster:
                    if w.get("state") == "ALIVE" and w.get("port") in ports)
 
     def executors(self) -> list[Executor]:
-        """The executor JVMs running now, of every application, oldest first."""
+        """The executor JVMs running now, of every application, in pid order."""
         groups = {pid: index for index, pid in enumerate(self.worker_pids)}
         found = []
         for pid in _pids():
@@ -206,13 +206,20 @@ class SparkCluster:
         return None
 
     def log_tails(self, lines: int = _TAIL_LINES) -> str:
-        """The last ``lines`` of every log: the master's, each worker's, each executor's."""
+        """The last ``lines`` of the master's log, each worker's, and each executor's of the
+        latest application (earlier ones stay in :attr:`log_dir`)."""
         paths = [d.log_path for d in self._daemons()]
-        paths += sorted(self._log_dir.glob("worker-*/app-*/*/stderr"))
+        # Application ids sort by their start time (app-<yyyymmddhhmmss>-<n>).
+        apps = sorted({p.name for p in self._log_dir.glob("worker-*/app-*")})
+        if apps:
+            paths += sorted(self._log_dir.glob(f"worker-*/{apps[-1]}/*/stderr"))
         parts = []
         for path in paths:
-            with path.open(encoding="utf-8", errors="replace") as log:
-                tail = "".join(deque(log, maxlen=lines))
+            try:
+                with path.open(encoding="utf-8", errors="replace") as log:
+                    tail = "".join(deque(log, maxlen=lines))
+            except FileNotFoundError:
+                continue
             parts.append(f"--- {path.relative_to(self._log_dir)} ---\n{tail}")
         return "\n".join(parts)
 
