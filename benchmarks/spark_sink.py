@@ -1,15 +1,22 @@
 """The Spark sink benchmark: eosclient's exactly-once sink beside an at-least-once one, one run.
 
-Run: ``.venv/bin/python benchmarks/spark_sink.py [--quick] [--repeat 3] [--json out.json]``.
+Run: ``.venv/bin/python benchmarks/spark_sink.py [--quick] [--repeat 3] [--json out.json]
+[--master spark://host:port | --standalone]``.
 
 Method
 ------
-One local Spark session (``local[2]``, shuffles of 2 partitions) and one noida-db broker, both
-started here. The input is ``--batches`` text files of ``--rows`` lines each, a key of about 8
-bytes and a value of 100; a streaming query reads them one file per micro-batch
-(``maxFilesPerTrigger=1``, ``trigger(availableNow=True)``), repartitions each batch to 4
-partitions and hands it to the sink under test through ``foreachBatch``. Rows/s = rows written /
-seconds from ``start()`` to the end of the query (Spark's own work per batch is in both).
+One Spark session (shuffles of 2 partitions) and one noida-db broker, both started here. The
+session is local (``local[2]``) by default; ``--master spark://...`` runs it on a standalone
+cluster (executors of one core each, this interpreter as their Python: it must be installed at
+this path on every host), and ``--standalone`` starts one here for the run
+(:mod:`eosclient.testing.spark_cluster`: a master and two workers of one core each on
+loopback): the executors are other JVMs, and partitioned mode's and the data source writer's
+tasks run in their Python workers. The input is ``--batches`` text files of ``--rows`` lines
+each, a key of about 8 bytes and a value of 100; a streaming query reads them one file per
+micro-batch (``maxFilesPerTrigger=1``, ``trigger(availableNow=True)``), repartitions each batch
+to 4 partitions and hands it to the sink under test through ``foreachBatch``. Rows/s = rows
+written / seconds from ``start()`` to the end of the query (Spark's own work per batch is in
+both).
 
 The sinks, each on a fresh topic of 4 partitions and a fresh checkpoint:
 
@@ -57,6 +64,7 @@ from pyspark.sql import SparkSession
 
 from eosclient.spark import ExactlyOnceKafkaDataSource, ExactlyOnceKafkaSink
 from eosclient.testing.brokers import RunningBroker, start_broker
+from eosclient.testing.spark_cluster import start_spark_cluster
 from eosclient.testing.topics import create_topic
 
 PARTITIONS = 4
@@ -71,6 +79,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 repeat, small")
     parser.add_argument("--json", help="write every number here")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--master", default="local[2]",
+                       help="local[N] (default local[2]) or a standalone spark://host:port")
+    where.add_argument("--standalone", action="store_true",
+                       help="start a standalone master and two one-core workers for the run")
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.batches, args.repeat = 10_000, 2, 1
@@ -84,11 +97,14 @@ def write_input(directory: Path, batches: int, rows: int) -> None:
         (directory / f"batch-{b:04d}.txt").write_text("\n".join(lines) + "\n")
 
 
-def session() -> Any:
+def session(master: str) -> Any:
     os.environ.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                       SPARK_LOCAL_IP="127.0.0.1")
-    spark = (SparkSession.builder.master("local[2]").appName("eosclient-spark-benchmark")
-             .config("spark.ui.enabled", "false")
+    builder = SparkSession.builder.master(master).appName("eosclient-spark-benchmark")
+    if master.startswith("spark://"):  # one core per executor: two workers, two executors
+        builder = builder.config("spark.executor.cores", "1").config("spark.executor.memory",
+                                                                     "768m")
+    spark = (builder.config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.driver.host", "127.0.0.1")
@@ -227,8 +243,13 @@ def run(args: argparse.Namespace) -> list[report.Outcome]:
     with tempfile.TemporaryDirectory(prefix="eosclient-spark-bench-") as tmp:
         work = Path(tmp)
         write_input(work / "input", args.batches, args.rows)
-        with start_broker("noida", data_dir=work / "noida", log_dir=work) as broker:
-            spark = session()
+        with contextlib.ExitStack() as stack:
+            broker = stack.enter_context(start_broker("noida", data_dir=work / "noida",
+                                                      log_dir=work))
+            if args.standalone:
+                cluster = stack.enter_context(start_spark_cluster(log_dir=work / "spark"))
+                args.master = cluster.master_url
+            spark = session(args.master)
             try:
                 for key, _, _ in VARIANTS:  # warm-up: each path's first use (Python workers
                     run_once(spark, broker, key, work=work, args=args)  # and imports) once
@@ -248,9 +269,10 @@ def run(args: argparse.Namespace) -> list[report.Outcome]:
 
 def render(outcomes: list[report.Outcome], ratios: list[report.Ratio],
            args: argparse.Namespace) -> str:
+    where = "a standalone cluster (two one-core workers)" if args.standalone else args.master
     head = (f"Spark sink: {args.batches} micro-batches of {args.rows:,} rows, {PARTITIONS} "
-            f"Spark partitions and topic partitions, {args.repeat} repeat(s), noida-db; "
-            f"load average {os.getloadavg()[0]:.2f}")
+            f"Spark partitions and topic partitions, {args.repeat} repeat(s), noida-db, Spark "
+            f"on {where}; load average {os.getloadavg()[0]:.2f}")
     rows = [[o.label, report.format_outcome(o, 1.0)] for o in outcomes]
     return "\n\n".join([head, report.table(rows, ["sink", "rows/s"]),
                         report.table([report.format_ratio(r) for r in ratios],
