@@ -184,7 +184,7 @@ class ConsumerSession:
         self._shared: threading.Lock | None = None  # the lock, once a thread shares it
         self.catch_up: Callable[[], None] | None = None
         self.after_revoke: Callable[[], None] | None = None
-        self.finalizer = weakref.finalize(self, loop.stop)  # never closed: stop the thread
+        self.finalizer = weakref.finalize(self, loop.discard)  # never closed: stop the thread
 
     def start_thread(self) -> None:
         """Start the I/O thread (the sync front); from now on steps give the lock up for what

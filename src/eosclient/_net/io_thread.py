@@ -100,6 +100,15 @@ class IoThread:
         self._stopping = True
         self.client.wakeup()
 
+    def discard(self) -> None:
+        """Stop a client dropped without ``close()`` (its finalizer): a thread that runs
+        finishes and closes the connections itself; if nothing ever ran the turns (an asyncio
+        front never started), the connections and the wake-up sockets are closed here, or they
+        would be left open."""
+        self.stop()
+        if isinstance(self._thread, _Runner) and self._thread.ident is None:  # never started
+            self.client.close()
+
     def join(self, timeout: float = _JOIN_TIMEOUT) -> bool:
         """Wait for the thread to exit (call without the lock; a no-op from the thread).
 

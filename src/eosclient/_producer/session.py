@@ -113,7 +113,7 @@ class ProducerSession:
         self._closing = False  # close() is finishing: its waits end when no broker is reachable
         self.reporter: StatsReporter | LoopStatsReporter | None = None  # stats_cb's
         # A producer dropped without close() still stops its I/O thread.
-        self._finalizer = weakref.finalize(self, sender.stop)
+        self._finalizer = weakref.finalize(self, sender.discard)
         if not cfg.transactional:
             self._core.init(time.monotonic(), float("inf"))  # idempotent: a producer id now
 
