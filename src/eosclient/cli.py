@@ -41,7 +41,6 @@ import asyncio
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,14 +59,11 @@ from eosclient._cli.common import properties as _properties
 from eosclient._cli.common import resolve_bootstrap as _resolve_bootstrap
 from eosclient._cli.common import seconds as _seconds
 from eosclient._cli.common import shared_settings as _shared_settings
-from eosclient._core.types import TopicPartition
-from eosclient.admin import Admin
 from eosclient.aio.processor import AsyncExactlyOnceProcessor
-from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer
-from eosclient.errors import ConfigError, EosError, KafkaTimeoutError
+from eosclient.errors import ConfigError, EosError
 from eosclient.processor import ExactlyOnceProcessor, ProcessorStats
 from eosclient.testing.brokers import BROKER_KINDS, BrokerError, RunningBroker, start_broker
-from eosclient.testing.checker import compare, input_seen, output_seen
+from eosclient.testing.checker import compare, input_seen, output_seen, read_topic
 
 __all__ = ["build_parser", "main"]
 
@@ -151,9 +147,10 @@ def _run_verify(args: argparse.Namespace) -> int:
     try:
         settings = _client_settings(args)
         aborted = _aborted_ids(args.aborted_ids)
-        inputs = [input_seen(r, args.match) for r in _read(settings, args.input, args.timeout)]
+        inputs = [input_seen(r, args.match)
+                  for r in read_topic(None, args.input, timeout=args.timeout, config=settings)]
         outputs = [output_seen(r, args.match)
-                   for r in _read(settings, args.output, args.timeout)]
+                   for r in read_topic(None, args.output, timeout=args.timeout, config=settings)]
         report = compare(inputs, outputs, aborted=aborted, input_topic=args.input,
                          output_topic=args.output)
     except (ConfigError, ValueError) as exc:
@@ -164,40 +161,6 @@ def _run_verify(args: argparse.Namespace) -> int:
         return 1
     print(report, flush=True)
     return 0 if report.ok else 1
-
-
-def _read(settings: dict[str, object], topic: str, timeout: float) -> list[ConsumerRecord]:
-    """Every committed record of every partition of ``topic``, up to each last stable offset,
-    read with the command's settings (the checker's own ``read_topic`` takes an address alone,
-    which cannot reach a secured cluster).
-
-    Raises:
-        KafkaTimeoutError: not read to the end within ``timeout``.
-        EosError: the topic does not exist, or a client failed.
-    """
-    deadline = time.monotonic() + timeout
-    with Admin(config=settings) as admin:
-        (described,) = admin.describe_topics([topic], timeout=timeout)
-        tps = [TopicPartition(topic, p.partition) for p in described.partitions]
-        ends = {tp: end or 0 for tp, end in
-                admin.list_offsets(tps, "latest", timeout=_left(deadline, topic)).items()}
-    records: list[ConsumerRecord] = []
-    config = {**settings, "auto.offset.reset": "earliest", "fetch.max.wait.ms": 100}
-    with ReadCommittedConsumer(config=config) as consumer:
-        consumer.assign(tps)
-        pending = [tp for tp in tps if ends[tp] > 0]
-        while pending:
-            records += consumer.poll(min(0.2, _left(deadline, topic)))
-            pending = [tp for tp in pending
-                       if consumer.position(tp, _left(deadline, topic)) < ends[tp]]
-    return [r for r in records if r.offset < ends[TopicPartition(r.topic, r.partition)]]
-
-
-def _left(deadline: float, topic: str) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise KafkaTimeoutError(f"reading {topic!r} to its end timed out")
-    return left
 
 
 def add_copy_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -29,12 +29,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from eosclient._core.types import TopicPartition
-from eosclient._processor.topics import partition_count
+from eosclient.admin import Admin
 from eosclient.consumer import ConsumerRecord, ReadCommittedConsumer
 from eosclient.errors import KafkaTimeoutError
 
@@ -215,20 +215,29 @@ def _text(data: bytes | None) -> str:
     return "" if data is None else data.decode("utf-8", "backslashreplace")
 
 
-def read_topic(bootstrap_servers: str, topic: str, *, timeout: float = 30.0,
-               ) -> list[ConsumerRecord]:
+def read_topic(bootstrap_servers: str | None, topic: str, *, timeout: float = 30.0,
+               config: Mapping[str, object] | None = None) -> list[ConsumerRecord]:
     """Every committed record of every partition of ``topic``, up to each last stable offset.
+
+    Args:
+        bootstrap_servers: The cluster (None: ``config``'s ``bootstrap.servers``).
+        config: librdkafka-style settings for the admin and the consumer that read (a secured
+            cluster's ``security.protocol``, SASL, TLS, ...).
 
     Raises:
         KafkaTimeoutError: not read to the end within ``timeout`` (an open transaction holds
             the LSO back only where it is; this is about slowness or a broker that is down).
-        EosError: the topic does not exist, or the consumer failed.
+        EosError: the topic does not exist, or a client failed.
     """
     deadline = time.monotonic() + timeout
-    count = partition_count(bootstrap_servers, topic, timeout)
-    tps = [TopicPartition(topic, p) for p in range(count)]
-    config = {"auto.offset.reset": "earliest", "fetch.max.wait.ms": 100}
-    with ReadCommittedConsumer(bootstrap_servers, config=config) as consumer:
+    settings = dict(config or {})
+    if bootstrap_servers is not None:
+        settings["bootstrap.servers"] = bootstrap_servers
+    with Admin(config=settings) as admin:
+        (described,) = admin.describe_topics([topic], timeout=_left(deadline, topic))
+    tps = [TopicPartition(topic, p.partition) for p in described.partitions]
+    settings |= {"auto.offset.reset": "earliest", "fetch.max.wait.ms": 100}
+    with ReadCommittedConsumer(config=settings) as consumer:
         consumer.assign(tps)
         ends = {tp: consumer.last_stable_offset(tp, _left(deadline, topic)) for tp in tps}
         records: list[ConsumerRecord] = []
