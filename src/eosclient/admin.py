@@ -75,7 +75,6 @@ from eosclient.config import AdminConfig, build
 from eosclient.errors import (
     AllBrokersDownError,
     ApiKey,
-    ConfigError,
     EosError,
     KafkaTimeoutError,
     ProtocolError,
@@ -146,7 +145,7 @@ class Admin:
                  sasl_username: str | None = None, sasl_password: str | None = None,
                  config: Mapping[str, object] | AdminConfig | None = None) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
-        self.config = cfg = _config_of(given, config)
+        self.config = cfg = build(AdminConfig, given, config)
         self._backoff = Backoff(cfg.retry_backoff_ms / 1000, cfg.retry_backoff_max_ms / 1000)
         client = NetworkClient(cfg, auto_create_topics=False)
         self._runner = runner = AdminRunner(client, f"eosclient-admin-{cfg.client_id}")
@@ -668,17 +667,6 @@ class Admin:
         if query.error is not None:
             raise query.error
         return query.results
-
-
-def _config_of(given: dict[str, Any], config: Mapping[str, object] | AdminConfig | None,
-               ) -> AdminConfig:
-    if isinstance(config, AdminConfig):
-        extra = sorted(k for k, v in given.items() if v is not None)
-        if extra:
-            raise ConfigError("pass settings either in the AdminConfig or as keywords, "
-                              f"not both: {', '.join(extra)}", key=extra[0])
-        return config
-    return build(AdminConfig, given, config)
 
 
 def _names(items: Iterable[str]) -> list[str]:

@@ -31,7 +31,7 @@ import os
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from eosclient._core.isolation import DEFAULT_MAX_HELD_BYTES
 from eosclient._core.limits import string_problem
@@ -606,22 +606,32 @@ class AdminConfig(ClientConfig):
         "the default timeout of each Admin call, all its requests and retries together"))
 
 
-def build(cls: type[_C], given: Mapping[str, object], config: Mapping[str, object] | None) -> _C:
-    """A config of ``cls`` from keyword settings and a dict of Kafka's dotted keys.
+def build(cls: type[_C], given: Mapping[str, object],
+          config: Mapping[str, object] | _C | None) -> _C:
+    """A config of ``cls`` from keyword settings and a dict of Kafka's dotted keys (a client's
+    constructor: its keywords and its ``config``).
 
     Args:
         cls: :class:`ProducerConfig` (or another :class:`ClientConfig`).
         given: Attribute name -> value for the keywords the caller passed (None values are
             taken as "not given" and skipped).
-        config: Kafka key -> value, or None.
+        config: Kafka key -> value, or None; or a whole ``cls``, taken as it is (then no
+            keyword may be given).
 
     Returns:
         The config, every setting checked.
 
     Raises:
         ConfigError: an unknown key (the nearest known one suggested), a key given as both a
-            keyword and a dotted key with different values, a wrong type or a bad value.
+            keyword and a dotted key with different values, a wrong type or a bad value; or a
+            whole ``cls`` and keywords both.
     """
+    if isinstance(config, cls):
+        extra = sorted(k for k, v in given.items() if v is not None)
+        if extra:
+            raise ConfigError(f"pass settings either in the {cls.__name__} or as keywords, "
+                              f"not both: {', '.join(extra)}", key=extra[0])
+        return config
     keys = {**cls.keys(), **{a: cls.keys()[k] for a, k in _ALIASES.items()}}
     specs = {f.name: f for f in dataclasses.fields(cls)}
     values: dict[str, object] = {}
@@ -630,7 +640,8 @@ def build(cls: type[_C], given: Mapping[str, object], config: Mapping[str, objec
         if value is not None:
             values[name] = specs[name].metadata["check"](value, name)
             spelled[name] = name
-    for key, value in (config or {}).items():
+    pairs = cast("Mapping[str, object] | None", config)  # (a whole cls returned above)
+    for key, value in (pairs or {}).items():
         target = keys.get(key) if isinstance(key, str) else None
         if target is None:
             raise ConfigError(_unknown(key, keys), key=str(key))

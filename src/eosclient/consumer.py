@@ -45,7 +45,7 @@ from eosclient._core.records import Deserializer
 from eosclient._core.types import TopicPartition
 from eosclient._net.steps import Steps, drive
 from eosclient._stats_reporter import StatsReporter
-from eosclient.config import ConsumerConfig
+from eosclient.config import ConsumerConfig, build
 from eosclient.group import RebalanceCallback
 from eosclient.group_metadata import ConsumerGroupMetadata
 from eosclient.stats import ClientStats
@@ -103,7 +103,7 @@ class ReadCommittedConsumer:
                  value_deserializer: Deserializer | None = None,
                  config: Mapping[str, object] | ConsumerConfig | None = None) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
-        self.config = cfg = args.config_of(given, config)
+        self.config = cfg = build(ConsumerConfig, given, config)
         self._session = session = ConsumerSession(cfg)
         self._lock = session.lock
         self._app_lock = threading.RLock()  # serializes the application's calls (see above)

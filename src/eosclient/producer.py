@@ -36,7 +36,7 @@ from eosclient._producer.prepared import end_prepared
 from eosclient._producer.results import RecordMetadata
 from eosclient._producer.session import ProducerSession, TxnCall
 from eosclient._stats_reporter import StatsReporter
-from eosclient.config import ProducerConfig
+from eosclient.config import ProducerConfig, build
 from eosclient.errors import AbortableError, EosError
 from eosclient.group_metadata import ConsumerGroupMetadata
 from eosclient.stats import ClientStats
@@ -112,7 +112,7 @@ class TransactionalProducer:
         config: Mapping[str, object] | ProducerConfig | None = None,
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
-        self.config = cfg = args.config_of(given, config)
+        self.config = cfg = build(ProducerConfig, given, config)
         self._session = session = ProducerSession(cfg)
         self._sender = session.sender  # (tests' probes read it too)
         # The hot path, with no call in between: this producer's send() *is* the session's

@@ -12,10 +12,8 @@ from typing import Any
 from eosclient._args import timeout_of
 from eosclient._core.limits import INT32_MAX, INT64_MAX, string_problem
 from eosclient._core.types import TopicPartition
-from eosclient.config import ConsumerConfig, build
-from eosclient.errors import ConfigError
 
-__all__ = ["config_of", "max_records_of", "offset_of", "offsets_of", "partition_of",
+__all__ = ["max_records_of", "offset_of", "offsets_of", "partition_of",
            "partitions_of", "timeout_of", "topics_of"]
 
 
@@ -117,20 +115,3 @@ def max_records_of(max_records: Any, default: int) -> int:
     if max_records < 1:
         raise ValueError(f"max_records must be >= 1, got {max_records}")
     return max_records
-
-
-def config_of(given: dict[str, Any], config: Mapping[str, object] | ConsumerConfig | None,
-              ) -> ConsumerConfig:
-    """The consumer's settings from its keywords and ``config`` (dotted keys, or a whole
-    :class:`ConsumerConfig`).
-
-    Raises:
-        ConfigError: a bad setting, or a ConsumerConfig and keywords both.
-    """
-    if isinstance(config, ConsumerConfig):
-        extra = sorted(k for k, v in given.items() if v is not None)
-        if extra:
-            raise ConfigError("pass settings either in the ConsumerConfig or as keywords, "
-                              f"not both: {', '.join(extra)}", key=extra[0])
-        return config
-    return build(ConsumerConfig, given, config)

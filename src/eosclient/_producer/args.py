@@ -7,15 +7,12 @@ Each function raises a :class:`~eosclient.errors.UsageError` (or a builtin ``Typ
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from eosclient._args import timeout_of
 from eosclient._core.limits import INT32_MAX, INT64_MAX, string_problem
 from eosclient._core.txn import GroupMetadata
 from eosclient._core.types import TopicPartition
-from eosclient.config import ProducerConfig, build
 from eosclient.errors import (
-    ConfigError,
     InvalidGroupIdError,
     RecordTypeError,
     UnknownPartitionError,
@@ -23,7 +20,6 @@ from eosclient.errors import (
 from eosclient.group_metadata import ConsumerGroupMetadata
 
 __all__ = [
-    "config_of",
     "group_id_of",
     "group_of",
     "offsets_of",
@@ -141,20 +137,3 @@ def _fits(group_id: str) -> str:
     if problem is not None:
         raise InvalidGroupIdError(f"group id {group_id[:40]!r}... {problem}")
     return group_id
-
-
-def config_of(given: dict[str, Any], config: Mapping[str, object] | ProducerConfig | None,
-              ) -> ProducerConfig:
-    """Both fronts' settings: the keywords ``given`` (None: not given) and ``config`` (dotted
-    keys, or a whole :class:`~eosclient.config.ProducerConfig`).
-
-    Raises:
-        ConfigError: as :func:`eosclient.config.build`, or a ProducerConfig and keywords both.
-    """
-    if isinstance(config, ProducerConfig):
-        extra = sorted(k for k, v in given.items() if v is not None)
-        if extra:
-            raise ConfigError("pass settings either in the ProducerConfig or as keywords, "
-                              f"not both: {', '.join(extra)}", key=extra[0])
-        return config
-    return build(ProducerConfig, given, config)

@@ -39,7 +39,7 @@ from eosclient._core.types import TopicPartition
 from eosclient._net.loop_driver import LoopDriver
 from eosclient._net.steps import Steps, adrive
 from eosclient._stats_reporter import LoopStatsReporter
-from eosclient.config import ConsumerConfig
+from eosclient.config import ConsumerConfig, build
 from eosclient.errors import IllegalStateError
 from eosclient.group_metadata import ConsumerGroupMetadata
 from eosclient.stats import ClientStats
@@ -76,7 +76,7 @@ class AsyncReadCommittedConsumer:
                  value_deserializer: Deserializer | None = None,
                  config: Mapping[str, object] | ConsumerConfig | None = None) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
-        self.config = args.config_of(given, config)
+        self.config = build(ConsumerConfig, given, config)
         self._session = session = ConsumerSession(self.config)
         self._driver: LoopDriver | None = None
         # Records polled for `async for` and not yet handed out: commit() and position()

@@ -49,7 +49,7 @@ from eosclient._producer.results import RecordFuture, RecordMetadata
 from eosclient._producer.sender import WouldWait
 from eosclient._producer.session import ProducerSession, TxnCall
 from eosclient._stats_reporter import LoopStatsReporter
-from eosclient.config import ProducerConfig
+from eosclient.config import ProducerConfig, build
 from eosclient.errors import AbortableError, EosError, IllegalStateError
 from eosclient.group_metadata import ConsumerGroupMetadata
 from eosclient.stats import ClientStats
@@ -168,7 +168,7 @@ class AsyncTransactionalProducer:
         config: Mapping[str, object] | ProducerConfig | None = None,
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
-        self.config = args.config_of(given, config)
+        self.config = build(ProducerConfig, given, config)
         self._session = ProducerSession(self.config, record_handle=_RecordDelivery)
         self._driver: LoopDriver | None = None
 
