@@ -19,7 +19,14 @@ from eosclient._consumer import protocol as wire
 from eosclient._consumer.membership import TABLE, Input, Membership, Send, Settings, State
 from eosclient._core.types import TopicPartition as TP
 from eosclient._protocol.apis import APIS
-from eosclient.errors import ApiKey, EosError, FatalError, FencedError, IllegalStateError
+from eosclient.errors import (
+    ApiKey,
+    EosError,
+    FatalError,
+    FencedError,
+    IllegalStateError,
+    KafkaTimeoutError,
+)
 
 SETTINGS = Settings(group_id="g", assignors=("range", "roundrobin"), session_timeout=10.0,
                     rebalance_timeout=60.0, heartbeat_interval=1.0, retry_backoff=0.1,
@@ -91,7 +98,7 @@ def test_a_leader_joins_assigns_and_syncs() -> None:
     assert m.state is State.JOINING and m.poll(0.0, counts) == []  # no coordinator yet
     found(m)
     join = one(m.poll(0.0, counts), "join")
-    assert join.timeout == 65.0  # the rebalance timeout, plus Java's 5 s
+    assert join.timeout == 15.0  # the session timeout (shorter than the rebalance's), plus 5 s
     assert [p.name for p in join.request.protocols] == ["range", "roundrobin"]
     assert wire.read_subscription(join.request.protocols[0].metadata) == ["t"]
     # KIP-394: the first join is refused with a member id to join with.
@@ -200,6 +207,31 @@ def test_a_cut_join_finds_the_coordinator_again() -> None:
     assert m.lookup.node is None and m.poll(5.0, counts) == []
     found(m, 5.0)
     assert one(m.poll(5.0, counts), "join")
+
+
+def test_a_join_is_held_no_longer_than_the_shorter_of_the_two_timeouts() -> None:
+    short = dataclasses.replace(SETTINGS, session_timeout=30.0, rebalance_timeout=20.0)
+    m = Membership(short)
+    m.subscribe(["t"], 0.0)
+    found(m)
+    assert one(m.poll(0.0, counts), "join").timeout == 25.0
+
+
+def test_a_held_join_that_times_out_is_sent_again_under_the_same_member_id(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # noida-db once never answered a member's JoinGroup while it formed a generation naming
+    # that member its leader: the member must not wait for the rebalance timeout.
+    m, join = joining(settings=STATIC)
+    m.on_response(join, joined(member="m1", code=79), 0.0)  # KIP-394: the id to join with
+    held = one(m.poll(0.0, counts), "join")
+    assert m.poll(5.0, counts) == m.poll(10.0, counts) == []  # the driver runs meanwhile
+    with caplog.at_level(logging.INFO, logger="eosclient.consumer"):
+        m.on_failure(held, KafkaTimeoutError("no answer within 15 s"), 15.0)
+    assert "no answer to JoinGroup (no answer within 15 s): sending it again" in caplog.text
+    assert m.state is State.JOINING and m.member_id == "m1"
+    found(m, 15.0)
+    again = one(m.poll(16.0, counts), "join")
+    assert (again.request.member_id, again.request.group_instance_id) == ("m1", "i-1")
 
 
 @pytest.mark.parametrize("code", [23, 24, 26, 81])

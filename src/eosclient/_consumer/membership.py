@@ -103,7 +103,7 @@ MOVED_ON: Final = frozenset({_ILLEGAL_GENERATION, _UNKNOWN_MEMBER_ID, _REBALANCE
 """The codes that say the group moved on without this member's generation: join again."""
 log = logging.getLogger("eosclient.consumer")
 
-_JOIN_GRACE: Final = 5.0  # JoinGroup may be held for the rebalance timeout; Java adds 5 s
+_JOIN_GRACE: Final = 5.0  # beyond the coordinator's own timer (Java's margin)
 _SLOW_REBALANCE: Final = 30.0  # seconds (at least the session timeout) before a WARNING
 _UNSETTLED: Final = frozenset({State.REVOKING, State.JOINING, State.SYNCING})
 _UNNAMED_REFORMS: Final = 3  # generations in a row that may leave this member out (then: none)
@@ -304,7 +304,8 @@ class Membership:
             self._heartbeat_in_flight = False
             self._heartbeat_at = now + self.settings.retry_backoff
         elif sent.attempt == self.attempt and sent.kind in ("join", "sync"):
-            log.debug("group %r: no answer to %s: %s", self.settings.group_id, sent.kind, error)
+            log.info("group %r: no answer to %s (%s): sending it again", self.settings.group_id,
+                     "JoinGroup" if sent.kind == "join" else "SyncGroup", error)
             self._waiting = False
             self._rejoin(now, at_once=False)
 
@@ -531,8 +532,7 @@ class Membership:
         self._waiting = True
         log.debug("group %r: JoinGroup, member %r, instance %r", settings.group_id,
                   self.member_id, settings.group_instance_id)
-        self._join_sent = Send(request, "join", self.attempt,
-                               settings.rebalance_timeout + _JOIN_GRACE)
+        self._join_sent = Send(request, "join", self.attempt, join_timeout(settings))
         self._outbox.append(self._join_sent)
 
     def _send_sync(self, counts: Counts) -> None:
@@ -592,7 +592,7 @@ class Membership:
             session_timeout_ms=int(settings.session_timeout * 1000),
             rebalance_timeout_ms=int(settings.rebalance_timeout * 1000),
             protocols=[(name, metadata) for name in settings.assignors],
-            join_timeout=settings.rebalance_timeout + _JOIN_GRACE, attempt=self.attempt)
+            join_timeout=join_timeout(settings), attempt=self.attempt)
         self._outbox.append(self._stand_in.start())
 
     def _stood_in(self, following: Send | None) -> None:
@@ -717,6 +717,23 @@ class Membership:
             self._step_at = now
         if target is State.UNJOINED:
             self.member_id, self.generation = "", -1
+
+
+def join_timeout(settings: Settings) -> float:
+    """How long a JoinGroup may go unanswered before it is sent again: the session timeout
+    (or the rebalance timeout, if shorter), plus a margin.
+
+    A coordinator holds a JoinGroup until every member it knows has joined, up to the
+    rebalance timeout (``max.poll.interval.ms``, 5 minutes by default), and Java waits that
+    long plus 5 s. A join the coordinator lost is then a 5-minute stall of the whole group:
+    noida-db 0.2.3 formed a generation naming a member its leader without ever answering that
+    member's JoinGroup, then began the next one, waiting for that same member to join again
+    (the cluster nemesis, a broker stalled past the session timeout). The request timing out
+    closes its connection, and the join is sent again on a new one: Kafka replaces a member's
+    held join with the newer, so a join held for good reason is only renewed, and a lost one
+    is found within the session timeout.
+    """
+    return min(settings.session_timeout, settings.rebalance_timeout) + _JOIN_GRACE
 
 
 _FOLLOWER: Final = object()  # _joined for a member that is not the leader
