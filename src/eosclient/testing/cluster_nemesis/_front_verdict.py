@@ -11,7 +11,11 @@ from typing import Final, Literal
 
 from eosclient.testing.checker import KINDS, CheckReport
 from eosclient.testing.cluster_nemesis._schedule import Schedule
-from eosclient.testing.cluster_nemesis._verdict import SLOWEST_COMMIT_LIMIT, ClusterNemesisResult
+from eosclient.testing.cluster_nemesis._verdict import (
+    SLOWEST_COMMIT_LIMIT,
+    ClusterNemesisResult,
+    time_of,
+)
 from eosclient.testing.marker_log import PartitionLog, decide
 
 __all__ = ["FRONT_TARGETS", "POLL_LIMIT", "READ_LAG_LIMIT", "FrontNemesisResult", "FrontTarget",
@@ -182,11 +186,15 @@ class FrontNemesisResult:
         return found + [f"liveness: {p}" for p in self.liveness]
 
     def window(self) -> tuple[float, float] | None:
-        """The schedule-clock window worth evidence: the first wedge of the writer, else the
-        slowest read or commit."""
+        """The schedule-clock window worth evidence: the first wedge of the writer; else, when
+        the target did not catch up, from the writer's end to the last line (what the clients
+        said while they stood still); else the slowest read or commit."""
         stall = self.feed.stall()
         if stall is not None:
             return stall
+        if self.liveness and self.feed.log_lines:
+            return self.feed.loop_seconds, max(self.feed.loop_seconds,
+                                               time_of(self.feed.log_lines[-1]))
         if self.target == "consumer":
             return (self.slowest_read_at, self.slowest_read_at + self.slowest_read) \
                 if self.slowest_read else None

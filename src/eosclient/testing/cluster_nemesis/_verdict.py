@@ -15,7 +15,7 @@ from eosclient.testing.cluster_nemesis._schedule import PARTITIONS, TOPIC, Sched
 from eosclient.testing.marker_log import PartitionLog, decide
 
 __all__ = ["CALL_TIMEOUT", "GIVE_UP", "SLOWEST_COMMIT_LIMIT", "ClusterNemesisResult", "Counts",
-           "Outcome", "Txn", "Wedge", "judge", "value_of"]
+           "Outcome", "Txn", "Wedge", "judge", "time_of", "value_of"]
 
 SLOWEST_COMMIT_LIMIT: Final = 15.0
 CALL_TIMEOUT: Final = 5.0  # each commit_transaction / abort_transaction call's timeout
@@ -260,7 +260,7 @@ class ClusterNemesisResult:
         the mock's brokers read during it, in time order."""
         low, high = window[0] - around, window[1] + around
         return sorted((line for line in [*self.log_lines, *self.request_lines]
-                       if low <= _time_of(line) <= high), key=_time_of)
+                       if low <= time_of(line) <= high), key=time_of)
 
     def replay(self) -> str:
         """The command that replays this run's schedule for this client."""
@@ -294,7 +294,7 @@ class ClusterNemesisResult:
                 *(f"  {line}" for line in around[-max_lines:])]
 
 
-def _time_of(line: str) -> float:
+def time_of(line: str) -> float:
     """The schedule-clock time a captured line starts with (``t=1.234s ...``)."""
     try:
         return float(line.split("s ", 1)[0].removeprefix("t="))
