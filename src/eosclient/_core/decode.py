@@ -41,6 +41,7 @@ from kafka.record.util import calc_crc32c
 
 from eosclient._core.records import Header, KeyT, ValueT
 from eosclient._core.types import TopicPartition
+from eosclient._extras import install_extra
 from eosclient.errors import CorruptRecordError, FatalError
 
 __all__ = ["CREATE_TIME", "LOG_APPEND_TIME", "BinaryColumn", "ConsumerRecord", "ControlType",
@@ -678,7 +679,7 @@ class _TooLargeError(ValueError):
 def _needs(name: str) -> None:
     if not getattr(_codec, f"has_{name}")():
         raise ImportError(f"a batch is {name}-compressed and its library is not installed: "
-                          'pip install "eosclient[compression]"')
+                          + install_extra("compression"))
 
 
 def _over(limit: int) -> _TooLargeError:
