@@ -24,8 +24,8 @@ _USER_CODE = '''
 import json
 from typing import Any
 
-from eosclient import ConsumerRecord, ReadCommittedConsumer
-from eosclient.aio import AsyncReadCommittedConsumer
+from eosclient import ConsumerRecord, ExactlyOnceProcessor, ReadCommittedConsumer
+from eosclient.aio import AsyncExactlyOnceProcessor, AsyncReadCommittedConsumer
 
 plain = ReadCommittedConsumer("127.0.0.1:9092")
 typed = ReadCommittedConsumer("127.0.0.1:9092", key_deserializer=bytes.decode,
@@ -64,6 +64,22 @@ async def asynchronous() -> None:
     async with consumer as started:
         reveal_type(started)  # eosclient.aio.consumer.AsyncReadCommittedConsumer[bytes, int]
 
+
+# The processors cannot see consumer_config's deserializers: a transform may say what they make.
+def each(record: ConsumerRecord[str, Any]) -> list[tuple[str, str]]:
+    return [(record.key or "", "seen")]
+
+
+def batch(records: list[ConsumerRecord[str, Any]]) -> list[tuple[str, str]]:
+    return [(record.key or "", "seen") for record in records]
+
+
+ExactlyOnceProcessor(bootstrap_servers="127.0.0.1:9092", input_topics=["in"],
+                     output_topic="out", group_id="g", transactional_id="t", fn=each,
+                     consumer_config={"key.deserializer": bytes.decode})
+AsyncExactlyOnceProcessor(bootstrap_servers="127.0.0.1:9092", input_topics=["in"],
+                          output_topic="out", group_id="g", transactional_id="t",
+                          batch_fn=batch, consumer_config={"key.deserializer": bytes.decode})
 
 plain.poll()[0].value.decode()  # error: Item "None" of "bytes | None" has no attribute
 typed.poll()[0].key.upper()  # error: Item "None" of "str | None" has no attribute
@@ -107,3 +123,14 @@ def test_the_type_parameters_cost_nothing_at_run_time() -> None:
     assert AsyncReadCommittedConsumer[str, int].__origin__ is AsyncReadCommittedConsumer  # type: ignore[attr-defined]
     assert record._replace(value={"total": 1}).value == {"total": 1}
     assert eosclient.ConsumerRecord is decode.ConsumerRecord
+
+
+def test_the_type_defaults_need_no_typing_extensions_at_run_time() -> None:
+    # PEP 696 defaults come from typing_extensions for the type checker only: it is not a
+    # dependency, and Python 3.11's TypeVar takes no default.
+    code = ("import sys, eosclient, eosclient.aio\n"
+            "print('typing_extensions' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True, env=env)
+    assert out.stdout.strip() == "False", out.stderr
