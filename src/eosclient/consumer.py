@@ -32,7 +32,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Generic, TypeVar, cast
+from typing import Generic, Self, TypeVar, cast
 
 from eosclient._consumer import args
 from eosclient._consumer import commit as committing
@@ -483,7 +483,7 @@ class ReadCommittedConsumer(Generic[KeyT, ValueT]):
             session.loop.join(max(0.1, deadline - time.monotonic()))
             session.finalizer.detach()
 
-    def __enter__(self) -> ReadCommittedConsumer[KeyT, ValueT]:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

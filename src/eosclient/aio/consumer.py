@@ -25,7 +25,7 @@ import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import Generic, TypeVar, cast
+from typing import Generic, Self, TypeVar, cast
 
 from eosclient._args import timeout_of
 from eosclient._consumer import args
@@ -100,7 +100,7 @@ class AsyncReadCommittedConsumer(Generic[KeyT, ValueT]):
                 session.reporter = LoopStatsReporter(cfg.statistics_interval_ms / 1000,
                                                      self.stats, cfg.stats_cb)
 
-    async def __aenter__(self) -> AsyncReadCommittedConsumer[KeyT, ValueT]:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -260,7 +260,7 @@ class AsyncReadCommittedConsumer(Generic[KeyT, ValueT]):
                 session.check_idle_end(idle)
                 return
 
-    def __aiter__(self) -> AsyncReadCommittedConsumer[KeyT, ValueT]:
+    def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> ConsumerRecord[KeyT, ValueT]:
