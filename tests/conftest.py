@@ -45,7 +45,7 @@ def run_async(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, _
     ``aio`` extra) where it is installed, skipped where not."""
     factory = _LOOPS[request.param]
     if factory is None:
-        pytest.skip("uvloop is not installed (pip install eosclient[aio])")
+        pytest.skip('uvloop is not installed (the aio extra: pip install ".[aio]")')
 
     def run(coro: Coroutine[Any, Any, _T]) -> _T:
         with asyncio.Runner(loop_factory=factory) as runner:

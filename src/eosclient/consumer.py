@@ -31,8 +31,8 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Generic, Self, TypeVar, cast
 
 from eosclient._consumer import args
 from eosclient._consumer import commit as committing
@@ -41,7 +41,7 @@ from eosclient._consumer.offsets import OffsetJob
 from eosclient._consumer.partitions import ConsumerRecord
 from eosclient._consumer.session import ConsumerSession, TopicMetadata
 from eosclient._core.decode import BinaryColumn, RecordColumns
-from eosclient._core.records import Deserializer
+from eosclient._core.records import KeyT, ValueT
 from eosclient._core.types import TopicPartition
 from eosclient._net.steps import Steps, drive
 from eosclient._stats_reporter import StatsReporter
@@ -56,8 +56,14 @@ __all__ = ["BinaryColumn", "ConsumerRecord", "ReadCommittedConsumer", "RecordCol
 _T = TypeVar("_T")
 
 
-class ReadCommittedConsumer:
+class ReadCommittedConsumer(Generic[KeyT, ValueT]):
     """A Kafka consumer that delivers exactly the committed records, in offset order.
+
+    Generic in its records' key and value types, which type checkers infer from
+    ``key_deserializer`` and ``value_deserializer`` (``bytes`` without one): with
+    ``value_deserializer=json.loads``, :meth:`poll` returns ``list[ConsumerRecord[bytes, Any]]``.
+    Deserializers given in ``config`` are not seen by the type checker; annotate the
+    consumer then (``consumer: ReadCommittedConsumer[str, Any] = ReadCommittedConsumer(...)``).
 
     Give it partitions with :meth:`assign` (no group needed), or topics with :meth:`subscribe`
     (a consumer group: ``group_id``). Then :meth:`poll`; commit with :meth:`commit`, or inside a
@@ -99,8 +105,8 @@ class ReadCommittedConsumer:
                  ssl_context: ssl.SSLContext | None = None,
                  sasl_mechanism: str | None = None, sasl_username: str | None = None,
                  sasl_password: str | None = None,
-                 key_deserializer: Deserializer | None = None,
-                 value_deserializer: Deserializer | None = None,
+                 key_deserializer: Callable[[bytes], KeyT] | None = None,
+                 value_deserializer: Callable[[bytes], ValueT] | None = None,
                  config: Mapping[str, object] | ConsumerConfig | None = None) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
         self.config = cfg = build(ConsumerConfig, given, config)
@@ -182,7 +188,8 @@ class ReadCommittedConsumer:
 
     # -- records --------------------------------------------------------------------------------
 
-    def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
+    def poll(self, timeout: float = 1.0, max_records: int | None = None,
+             ) -> list[ConsumerRecord[KeyT, ValueT]]:
         """Committed records (all records under read_uncommitted), in offset order per partition.
 
         Runs the rebalance callbacks when the group rebalances. Returns as soon as records are
@@ -208,7 +215,9 @@ class ReadCommittedConsumer:
         steps = self._session.poll(args.timeout_of(timeout, 0),
                                    args.max_records_of(max_records, self.config.max_poll_records))
         with self._app_lock, self._lock:
-            return drive(steps, self._session.loop)
+            # The session applied the deserializers (ConsumerSession.poll): the records carry
+            # what they return, which is what KeyT and ValueT are bound to.
+            return cast("list[ConsumerRecord[KeyT, ValueT]]", drive(steps, self._session.loop))
 
     def poll_batch(self, timeout: float = 1.0, max_records: int | None = None,
                    ) -> dict[TopicPartition, RecordColumns]:
@@ -228,13 +237,13 @@ class ReadCommittedConsumer:
         with self._app_lock, self._lock:
             return drive(steps, self._session.loop)
 
-    def __iter__(self) -> Iterator[ConsumerRecord]:
+    def __iter__(self) -> Iterator[ConsumerRecord[KeyT, ValueT]]:
         """``for record in consumer``: :meth:`records` with no idle timeout (ends on ``break``,
         on an exception, or once the consumer is closed)."""
         return self.records()
 
     def records(self, idle_timeout: float | None = None, poll_timeout: float = 1.0,
-                ) -> Iterator[ConsumerRecord]:
+                ) -> Iterator[ConsumerRecord[KeyT, ValueT]]:
         """The records :meth:`poll` delivers, one at a time, for as long as the loop wants them.
 
         The iteration ends when the loop breaks, when ``idle_timeout`` seconds pass with no
@@ -474,7 +483,7 @@ class ReadCommittedConsumer:
             session.loop.join(max(0.1, deadline - time.monotonic()))
             session.finalizer.detach()
 
-    def __enter__(self) -> ReadCommittedConsumer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

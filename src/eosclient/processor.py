@@ -119,8 +119,10 @@ __all__ = ["SOURCE_HEADER", "ExactlyOnceProcessor", "OutputRecord", "ProcessorSt
 
 log = logging.getLogger("eosclient.processor")
 
-Transform = Callable[[ConsumerRecord], Iterable[Output]]
-BatchTransform = Callable[[list[ConsumerRecord]], Iterable[Output]]
+# The records carry what consumer_config's deserializers make (bytes without one), which the
+# type checker cannot see: a transform may take ConsumerRecord[str, Any] as well as bytes'.
+Transform = Callable[[ConsumerRecord[Any, Any]], Iterable[Output]]
+BatchTransform = Callable[[list[ConsumerRecord[Any, Any]]], Iterable[Output]]
 
 
 class ExactlyOnceProcessor:

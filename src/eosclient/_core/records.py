@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import kafka.codec
 
@@ -27,9 +27,11 @@ __all__ = [
     "Compression",
     "Deserializer",
     "Header",
+    "KeyT",
     "Record",
     "RecordChecker",
     "Serializer",
+    "ValueT",
     "available_compressions",
     "check_headers",
     "compression_for",
@@ -43,6 +45,24 @@ Serializer = Callable[[Any], bytes | None]
 Deserializer = Callable[[bytes], Any]
 """Turns the bytes of a fetched key or value into an application object (never called with
 None: a null key or a tombstone value is delivered as None)."""
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+else:
+    from typing import TypeVar as _TypeVar
+
+    def TypeVar(name: str, *, default: object = None) -> object:
+        """A type variable; its ``default`` (PEP 696) is for type checkers only, and Python
+        before 3.13 takes none: so the package needs no typing_extensions at run time."""
+        return _TypeVar(name)
+
+
+KeyT = TypeVar("KeyT", default=bytes)
+"""What a consumer's records carry as keys: what its ``key_deserializer`` returns (bytes
+without one). A record's ``key`` is ``KeyT | None``: a null key is never deserialized."""
+
+ValueT = TypeVar("ValueT", default=bytes)
+"""The same for values (a record's ``value`` is ``ValueT | None``: None is a tombstone)."""
 
 BYTES_TYPES = (bytes, bytearray, memoryview)
 """The types a key or value may have when no serializer is configured."""

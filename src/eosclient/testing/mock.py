@@ -42,11 +42,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, NamedTuple, Self
 
+from eosclient._extras import install_extra
+
 __all__ = ["LibrdkafkaNotFound", "MockCluster", "MockClusterError", "MockRequest",
            "find_librdkafka"]
 
 _INSTALL_HINT: Final = (
-    'librdkafka\'s mock cluster needs confluent-kafka: pip install "eosclient[testing]" '
+    f"librdkafka's mock cluster needs confluent-kafka: {install_extra('testing')} "
     "(or pip install confluent-kafka)"
 )
 

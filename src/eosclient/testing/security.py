@@ -244,7 +244,7 @@ class Certificates:
 def make_certificates(directory: Path, hosts: Iterable[str] = ("127.0.0.1", "localhost"),
                       ) -> Certificates:
     """Make a CA and the certificates :class:`Certificates` lists in ``directory`` (EC P-256,
-    valid for a day). Needs the ``cryptography`` package (the ``test`` extra)."""
+    valid for a day). Needs the ``cryptography`` package (the ``testing`` extra)."""
     from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415 - tests only
 
     directory.mkdir(parents=True, exist_ok=True)

@@ -62,6 +62,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
+from eosclient._extras import install_extra
 from eosclient._process import die_with_parent
 from eosclient.testing.brokers import LOOPBACK
 
@@ -460,12 +461,12 @@ def spark_home() -> Path:
     """The pyspark wheel's directory: its ``bin/spark-class`` starts the daemons.
 
     Raises:
-        SparkClusterError: pyspark is not installed (``pip install "eosclient[spark]"``).
+        SparkClusterError: pyspark is not installed (the ``spark`` extra).
     """
     try:
         import pyspark  # noqa: PLC0415 - the spark extra, needed only here
     except ImportError as exc:
-        raise SparkClusterError('pyspark is not installed: pip install "eosclient[spark]"',
+        raise SparkClusterError(f"pyspark is not installed: {install_extra('spark')}",
                                 ) from exc
     return Path(pyspark.__file__).parent
 
