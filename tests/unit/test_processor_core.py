@@ -158,6 +158,36 @@ def test_a_commit_that_timed_out_is_resumed_by_calling_it_again(kind: type[Scrip
     assert stats.transactions_committed == 1
 
 
+@pytest.mark.parametrize("interruption", [asyncio.CancelledError, KeyboardInterrupt])
+def test_a_commit_interrupted_in_flight_is_finished_and_counted_then_the_run_ends(
+        kind: type[Script], interruption: type[BaseException]) -> None:
+    # The EndTxn may have landed before the interruption: a commit asked for can only be
+    # finished, never aborted, and what it committed counts.
+    script = kind(consumer__poll_batch=Each([{TP: columns(0, 3)}, {}]),
+                  producer__commit_transaction=Each([interruption(), None]))
+    core = ProcessorCore(settings())
+    with pytest.raises(interruption):
+        run(script, core, max_records=3)
+    assert script.names().count("producer.commit_transaction") == 2
+    assert "producer.abort_transaction" not in script.names()
+    stats = core.counter.snapshot()
+    assert (stats.records_in, stats.transactions_committed, stats.transactions_aborted) == (
+        3, 1, 0)
+
+
+def test_an_interrupted_commit_that_then_fails_is_aborted(kind: type[Script]) -> None:
+    script = kind(consumer__poll_batch=Each([{TP: columns(0, 3)}, {}]),
+                  producer__commit_transaction=Each([KeyboardInterrupt(),
+                                                     AbortableError("refused")]))
+    core = ProcessorCore(settings())
+    with pytest.raises(KeyboardInterrupt):
+        run(script, core, max_records=3)
+    assert script.names().count("producer.abort_transaction") == 1
+    stats = core.counter.snapshot()
+    assert (stats.records_in, stats.transactions_committed, stats.transactions_aborted) == (
+        0, 0, 1)
+
+
 def test_a_transaction_past_its_generation_is_aborted_rewound_and_redone(
         kind: type[Script]) -> None:
     # Used to break (before the clock check): a stalled member committed after the group

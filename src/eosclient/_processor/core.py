@@ -336,13 +336,35 @@ class ProcessorCore:
                 if attempt == _COMMIT_ATTEMPTS:
                     raise
                 log.warning("commit timed out (attempt %d); resuming it", attempt)
+            except EosError:
+                raise
+            except BaseException:
+                yield from self._finish_interrupted_commit(txn)
+                raise
+        self._committed_txn(txn)
+        if txn.offsets:
+            yield from self._secure(txn.offsets)
+
+    def _committed_txn(self, txn: _Txn) -> None:
         self._txn = None
         self._aborts_in_row = 0
         self._committed.update(txn.offsets)
         self.counter.committed(txn.records_in, txn.records_out)
         log.debug("committed %d in, %d out", txn.records_in, txn.records_out)
-        if txn.offsets:
-            yield from self._secure(txn.offsets)
+
+    def _finish_interrupted_commit(self, txn: _Txn) -> Steps[None]:
+        """The commit was interrupted while in flight (the asyncio ``run()`` cancelled, or a
+        KeyboardInterrupt): its EndTxn may already have landed, and a commit once asked for
+        can only be finished, never aborted. So it is resumed to its end (bounded by the
+        producer's timeout), counted if it committed, and the interruption then goes on."""
+        log.warning("interrupted during the commit: finishing the commit first (a commit "
+                    "cannot be undone once asked for)")
+        try:
+            yield Io("producer", "commit_transaction")
+        except EosError as exc:  # failed after all: it is aborted as any failure is
+            log.warning("the interrupted commit did not commit: %r", exc)
+            return
+        self._committed_txn(txn)
 
     def _secure(self, offsets: Mapping[TopicPartition, int]) -> Steps[None]:
         """Commit the offsets of a committed transaction again, plainly (OffsetCommit, under

@@ -10,7 +10,9 @@ those clients and awaits what it returns. Only the I/O is this module's; no deci
 Cancellation: a cancelled ``run()`` is a failure like any other: the open transaction is
 aborted (nothing of it commits; its input records are processed again by the next run, from
 the committed offsets), the consumer leaves the group and both clients close, awaited and
-bounded by their timeouts, before the :class:`asyncio.CancelledError` reaches the caller.
+bounded by their timeouts, before the :class:`asyncio.CancelledError` reaches the caller. A
+transaction whose commit was in flight is the exception: its EndTxn may have landed, and a
+commit once asked for can only be finished, so it is finished (and counted) first.
 """
 
 from __future__ import annotations
