@@ -1,4 +1,5 @@
-"""The consumer group assignors the leader runs: range and roundrobin (Kafka's eager ones).
+"""The consumer group assignors the leader runs: range, roundrobin and sticky (Kafka's eager
+ones), and the assignment and hand-over rule of cooperative-sticky (KIP-429).
 
 Both are pure functions of the group's subscriptions and the partition counts, so every leader
 computes the same assignment from the same input, whatever order the members or topics arrive in:
@@ -20,15 +21,68 @@ again is the only thing that keeps two live members from owning one partition th
 * **roundrobin** (Java's ``RoundRobinAssignor``): every subscribed partition, sorted by topic and
   partition, goes to the next member in a circle that is subscribed to its topic. With identical
   subscriptions the members' counts differ by at most one overall.
+* **sticky** (Java's ``StickyAssignor``; :func:`sticky_assign`): balanced, and moving as few
+  partitions as balance allows from the owners the members claim (:class:`Claim`: their
+  subscription's owned partitions and generation). See the theory of operation below.
+* **cooperative-sticky** (KIP-429; Java's ``CooperativeStickyAssignor``, librdkafka's only sticky
+  assignor): the same assignment, handed over in two rebalances by :func:`cooperative_handover`.
+  Not in :data:`ASSIGNORS`: the membership speaks the eager protocol (it revokes everything
+  before joining), and a member that offered this name would promise the coordinator and its
+  peers a protocol it does not follow. The settings refuse it until then.
+
+Sticky, theory of operation
+---------------------------
+
+1. *Who owns what.* Each member's claim counts for the partitions it lists; a partition claimed
+   by several members belongs to the claimant of the highest generation (the others' claims are
+   stale: they missed a rebalance, or lost their generation and have not heard yet); claimed by
+   several at the same highest generation, it belongs to none of them (two members cannot both
+   have been given it in one generation, so neither claim is trusted; Java does the same). A
+   claim counts only while its member still subscribes to the topic and the partition exists.
+2. *Keep.* Every member keeps what it owns.
+3. *Fill.* The partitions nobody owns (new ones, those of members that left, unsubscribed or
+   disputed ones) go one by one to the subscribed member holding the fewest, the partitions
+   with the fewest possible takers first (they have the least choice), ties by the members'
+   order.
+4. *Balance.* While some member holds a partition that another subscriber of its topic, holding
+   at least two fewer, could take, the fullest such member gives one to the emptiest such
+   subscriber:
+   a partition it was given in step 3 if it has one, else one it owned. Every move shrinks the
+   sum of the squared counts, so this ends; and when it ends, members with the same subscription
+   differ by at most one (each could take any of the other's partitions). Nothing moves that
+   balance does not require: with nothing changed, the claims come back as they were; when a
+   member joins a group of equal subscriptions, only its share moves to it; when one leaves, only
+   its partitions move.
+
+The result depends only on the inputs' contents: members are taken in the order above, topics
+and partitions sorted. Step 3 keeps a heap per set of subscribers (lazily refreshed: counts only
+grow there) and step 4 looks at each member's topics, not every partition against every member,
+so a group of 1,000 partitions and 50 members assigns in milliseconds (benchmarks/assignors.py).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Collection, Mapping
+from typing import Final, NamedTuple
 
 from eosclient._core.types import TopicPartition
 
-__all__ = ["ASSIGNORS", "Assignor", "range_assign", "roundrobin_assign"]
+__all__ = [
+    "ASSIGNORS",
+    "COOPERATIVE_STICKY",
+    "Assignor",
+    "Claim",
+    "Handover",
+    "cooperative_handover",
+    "owners",
+    "range_assign",
+    "roundrobin_assign",
+    "sticky_assign",
+]
+
+COOPERATIVE_STICKY: Final = "cooperative-sticky"
+"""librdkafka's and Java's protocol name of the cooperative sticky assignor."""
 
 Assignor = Callable[[Mapping[str, int], Mapping[str, Collection[str]],
                      Mapping[str, str | None]], dict[str, list[TopicPartition]]]
@@ -36,6 +90,17 @@ Assignor = Callable[[Mapping[str, int], Mapping[str, Collection[str]],
 member id."""
 
 _NO_INSTANCES: Mapping[str, str | None] = {}
+
+
+class Claim(NamedTuple):
+    """What a member says it owns: its subscription's owned partitions, and the generation it was
+    given them in (-1 when its subscription does not say: v0 and v1)."""
+
+    generation: int
+    partitions: Collection[TopicPartition]
+
+
+_NO_CLAIMS: Mapping[str, Claim] = {}
 
 
 def range_assign(partitions: Mapping[str, int], subscriptions: Mapping[str, Collection[str]],
@@ -85,6 +150,180 @@ def roundrobin_assign(partitions: Mapping[str, int], subscriptions: Mapping[str,
     return out
 
 
+def sticky_assign(partitions: Mapping[str, int], subscriptions: Mapping[str, Collection[str]],
+                  instances: Mapping[str, str | None] = _NO_INSTANCES,
+                  claims: Mapping[str, Claim] = _NO_CLAIMS) -> dict[str, list[TopicPartition]]:
+    """A balanced assignment that keeps as many partitions with their owners as balance allows.
+
+    See the module docstring's theory of operation. Without ``claims`` (an eager membership that
+    reports nothing owned) it is a balanced assignment from scratch.
+
+    Args:
+        partitions, subscriptions, instances: As :func:`range_assign`.
+        claims: What each member claims to own, by member id; claims of ids not in
+            ``subscriptions`` (members no longer in the group) are ignored.
+
+    Returns:
+        Every member id mapped to its partitions (possibly none), sorted.
+    """
+    members = _ordered(subscriptions, instances)
+    rank = {member: i for i, member in enumerate(members)}
+    takers = {topic: [m for m in members if topic in subscriptions[m]]
+              for topic in sorted(_subscribed(subscriptions)) if partitions.get(topic, 0) > 0}
+    held: dict[str, set[TopicPartition]] = {member: set() for member in members}
+    owned = {tp: member for tp, member in owners(claims, subscriptions).items()
+             if tp.topic in subscriptions[member] and tp.partition < partitions.get(tp.topic, 0)}
+    for tp, member in owned.items():
+        held[member].add(tp)
+    free = [TopicPartition(topic, p) for topic in takers for p in range(partitions[topic])]
+    free = [tp for tp in free if tp not in owned]
+    free.sort(key=lambda tp: len(takers[tp.topic]))  # stable: topics and partitions stay sorted
+    heaps: dict[tuple[str, ...], list[tuple[int, int, str]]] = {}
+    for tp in free:
+        group = tuple(takers[tp.topic])
+        heap = heaps.get(group)
+        if heap is None:
+            heap = heaps[group] = [(len(held[m]), rank[m], m) for m in group]
+            heapq.heapify(heap)
+        while heap[0][0] != len(held[heap[0][2]]):  # stale: the member was given more since
+            _, r, m = heapq.heappop(heap)
+            heapq.heappush(heap, (len(held[m]), r, m))
+        _, r, m = heap[0]
+        held[m].add(tp)
+        heapq.heapreplace(heap, (len(held[m]), r, m))
+    _balance(held, takers, rank, owned)
+    return {member: sorted(held[member]) for member in subscriptions}
+
+
+def _balance(held: dict[str, set[TopicPartition]], takers: Mapping[str, list[str]],
+             rank: Mapping[str, int], owned: Mapping[TopicPartition, str]) -> None:
+    """Step 4 of the theory of operation: one partition at a time, from the fullest member that
+    can give one to a subscriber of its topic holding at least two fewer, until none can.
+
+    Always the fullest: draining one member to balance would overshoot (two members of 6 and a
+    newcomer: the first would give 3 and take one back from the second, 5 moves, not 4).
+    """
+    while True:
+        for giver in sorted(held, key=lambda m: (-len(held[m]), rank[m])):
+            move = _move(giver, held, takers, rank, owned)
+            if move is not None:
+                tp, taker = move
+                held[giver].remove(tp)
+                held[taker].add(tp)
+                break
+        else:
+            return
+
+
+def _move(giver: str, held: Mapping[str, set[TopicPartition]],
+          takers: Mapping[str, list[str]], rank: Mapping[str, int],
+          owned: Mapping[TopicPartition, str]) -> tuple[TopicPartition, str] | None:
+    """The partition ``giver`` should give away and to whom, or None if balance needs nothing
+    from it: to the emptiest subscriber of any of its topics, if two or more below it (the
+    emptiest over all its topics, so that a member subscribed to two topics feeds the members
+    of each in turn); of the partitions it could take, one ``giver`` did not own before if
+    any, the lowest first."""
+    count = len(held[giver])
+    best: tuple[int, int, str] | None = None
+    topics: list[str] = []
+    for topic in sorted({tp.topic for tp in held[giver]}):
+        for m in takers[topic]:
+            if m != giver and len(held[m]) <= count - 2:
+                key = (len(held[m]), rank[m], m)
+                if best is None or key < best:
+                    best, topics = key, [topic]
+                elif key == best and topic not in topics:
+                    topics.append(topic)
+    if best is None:
+        return None
+    tp = min((tp for tp in held[giver] if tp.topic in topics),
+             key=lambda tp: (owned.get(tp) == giver, tp))
+    return tp, best[2]
+
+
+def owners(claims: Mapping[str, Claim],
+           members: Collection[str] | None = None) -> dict[TopicPartition, str]:
+    """Each claimed partition's owner: its claimant of the highest generation, if only one
+    member claims it at that generation (step 1 of the theory of operation).
+
+    Args:
+        claims: What each member claims, by member id.
+        members: The members in the group; claims of others are ignored (None: all count).
+    """
+    best: dict[TopicPartition, tuple[int, str]] = {}
+    disputed: set[TopicPartition] = set()
+    for member, claim in claims.items():
+        if members is not None and member not in members:
+            continue
+        for tp in set(claim.partitions):
+            current = best.get(tp)
+            if current is None or claim.generation > current[0]:
+                best[tp] = (claim.generation, member)
+                disputed.discard(tp)
+            elif claim.generation == current[0]:
+                disputed.add(tp)
+    return {tp: member for tp, (_, member) in best.items() if tp not in disputed}
+
+
+class Handover(NamedTuple):
+    """One cooperative rebalance's outcome (:func:`cooperative_handover`)."""
+
+    assignment: dict[str, list[TopicPartition]]
+    """What SyncGroup gives each member now: its target, less the partitions still owned by
+    another member."""
+    revoked: dict[str, list[TopicPartition]]
+    """What each member must give up now: what it claimed and is not given."""
+    withheld: list[TopicPartition]
+    """Partitions that move: in nobody's assignment now, handed over in the next rebalance."""
+
+
+def cooperative_handover(target: Mapping[str, Collection[TopicPartition]],
+                         claims: Mapping[str, Claim]) -> Handover:
+    """KIP-429's rule: a partition moving from one member to another is withheld from the new
+    owner in this rebalance, so that no two members ever hold it at once.
+
+    The membership will use it so, once it speaks the cooperative protocol: every member joins
+    with what it owns and its generation (a v3 subscription); the leader computes ``target``
+    with :func:`sticky_assign` over those claims, sends :attr:`Handover.assignment` in SyncGroup;
+    each member compares what it owns with what it was given, calls ``on_revoke`` with just
+    :attr:`Handover.revoked`'s partitions (the others keep working) and ``on_assign`` with just
+    the new ones; a member that revoked anything joins again at once, and that second
+    rebalance, finding the withheld partitions claimed by nobody, hands them over. A leader
+    that finds :attr:`Handover.withheld` non-empty knows a second rebalance will follow.
+
+    A partition stays with a member the claims resolve it to (:func:`owners`) even if a stale
+    claimant (an older generation) still lists it: that claimant is told to revoke it in this
+    same rebalance, and its commits carry the old generation, which the coordinator refuses.
+    A partition disputed at one generation is withheld from whoever the target names.
+
+    Args:
+        target: The assignment wanted, by member id (every member of the group).
+        claims: What each member claims to own, by member id; claims of ids not in ``target``
+            (members that left) are ignored: their partitions move at once.
+
+    Returns:
+        The assignment to send now, what each member revokes, and what waits for the next
+        rebalance; lists sorted.
+    """
+    present = set(target)
+    resolved = owners(claims, present)
+    claimants: dict[TopicPartition, set[str]] = {}
+    for member, claim in claims.items():
+        if member in present:
+            for tp in claim.partitions:
+                claimants.setdefault(tp, set()).add(member)
+    withheld: set[TopicPartition] = set()
+    assignment: dict[str, list[TopicPartition]] = {}
+    for member, tps in target.items():
+        moving = {tp for tp in tps
+                  if resolved.get(tp) != member and claimants.get(tp, set()) - {member}}
+        withheld |= moving
+        assignment[member] = sorted(set(tps) - moving)
+    revoked = {member: sorted(set(claims[member].partitions) - set(assignment[member]))
+               if member in claims else [] for member in target}
+    return Handover(assignment, revoked, sorted(withheld))
+
+
 def _ordered(subscriptions: Mapping[str, Collection[str]],
              instances: Mapping[str, str | None]) -> list[str]:
     """Member ids in Kafka's order: static members by instance id, then dynamic by member id."""
@@ -98,5 +337,6 @@ def _subscribed(subscriptions: Mapping[str, Collection[str]]) -> set[str]:
     return {topic for topics in subscriptions.values() for topic in topics}
 
 
-ASSIGNORS: Mapping[str, Assignor] = {"range": range_assign, "roundrobin": roundrobin_assign}
-"""The assignors by their protocol name (the name JoinGroup carries)."""
+ASSIGNORS: Mapping[str, Assignor] = {"range": range_assign, "roundrobin": roundrobin_assign,
+                                     "sticky": sticky_assign}
+"""The eager assignors by their protocol name (the name JoinGroup carries)."""
