@@ -183,6 +183,17 @@ def test_a_thousand_partitions_over_fifty_members() -> None:
     check_balanced({**subscriptions, "member-50": list(partitions)}, joined)
 
 
+def test_fifty_members_taking_over_from_one() -> None:
+    # Scale out: every partition moves but the first member's share, and no more.
+    partitions = {f"topic-{i}": 100 for i in range(10)}
+    subscriptions = {f"member-{i:02d}": list(partitions) for i in range(50)}
+    everything = [TP(t, p) for t, n in partitions.items() for p in range(n)]
+    after = sticky_assign(partitions, subscriptions, claims={"member-00": Claim(3, everything)})
+    check_valid(partitions, subscriptions, after)
+    assert {len(ps) for ps in after.values()} == {20}
+    assert moved({"member-00": everything}, after) == 980
+
+
 # -- cooperative-sticky's hand-over --------------------------------------------------------------
 
 
