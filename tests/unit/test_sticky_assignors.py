@@ -128,7 +128,7 @@ def test_a_claim_disputed_within_one_generation_is_nobodys() -> None:
 
 
 def test_claims_on_gone_topics_partitions_and_members_are_ignored() -> None:
-    claims = {"a": Claim(2, tps("t", 0, 1) + tps("gone", 0) + tps("t", 9)),
+    claims = {"a": Claim(2, tps("t", 0, 1) + tps("gone", 0) + tps("t", 9, -1)),
               "left": Claim(2, tps("t", 2, 3))}
     after = sticky_assign({"t": 4}, {"a": ["t"], "b": ["t"]}, claims=claims)
     check_valid({"t": 4}, {"a": ["t"], "b": ["t"]}, after)

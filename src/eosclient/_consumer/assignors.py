@@ -175,11 +175,24 @@ def sticky_assign(partitions: Mapping[str, int], subscriptions: Mapping[str, Col
               for topic in sorted(_subscribed(subscriptions)) if partitions.get(topic, 0) > 0}
     held: dict[str, set[TopicPartition]] = {member: set() for member in members}
     owned = {tp: member for tp, member in owners(claims, subscriptions).items()
-             if tp.topic in subscriptions[member] and tp.partition < partitions.get(tp.topic, 0)}
+             if tp.topic in subscriptions[member]
+             and 0 <= tp.partition < partitions.get(tp.topic, 0)}
     for tp, member in owned.items():
         held[member].add(tp)
     free = [TopicPartition(topic, p) for topic in takers for p in range(partitions[topic])]
-    free = [tp for tp in free if tp not in owned]
+    _fill([tp for tp in free if tp not in owned], held, takers, rank)
+    _balance(held, takers, rank, owned)
+    return {member: sorted(held[member]) for member in subscriptions}
+
+
+def _fill(free: list[TopicPartition], held: dict[str, set[TopicPartition]],
+          takers: Mapping[str, list[str]], rank: Mapping[str, int]) -> None:
+    """Step 3 of the theory of operation: each partition nobody owns to the subscriber of its
+    topic holding the fewest, the partitions with the fewest possible takers first.
+
+    One heap per set of subscribers; counts only grow here, so an entry whose count is behind
+    its member's is refreshed when it reaches the top.
+    """
     free.sort(key=lambda tp: len(takers[tp.topic]))  # stable: topics and partitions stay sorted
     heaps: dict[tuple[str, ...], list[tuple[int, int, str]]] = {}
     for tp in free:
@@ -188,14 +201,12 @@ def sticky_assign(partitions: Mapping[str, int], subscriptions: Mapping[str, Col
         if heap is None:
             heap = heaps[group] = [(len(held[m]), rank[m], m) for m in group]
             heapq.heapify(heap)
-        while heap[0][0] != len(held[heap[0][2]]):  # stale: the member was given more since
+        while heap[0][0] != len(held[heap[0][2]]):
             _, r, m = heapq.heappop(heap)
             heapq.heappush(heap, (len(held[m]), r, m))
         _, r, m = heap[0]
         held[m].add(tp)
         heapq.heapreplace(heap, (len(held[m]), r, m))
-    _balance(held, takers, rank, owned)
-    return {member: sorted(held[member]) for member in subscriptions}
 
 
 def _balance(held: dict[str, set[TopicPartition]], takers: Mapping[str, list[str]],
