@@ -209,3 +209,40 @@ def test_a_cut_owning_subscription_is_a_protocol_error(cut: int) -> None:
     data = wire.subscription_bytes(["a"], owned=[TP("a", 1)], generation=5)
     with pytest.raises(ProtocolError):
         wire.read_member_subscription(data[:cut])
+
+
+def test_sticky_user_data_golden_bytes() -> None:
+    # Java's StickyAssignorUserData v1, no version header: [("a", [1, 2])], generation 5
+    assert wire.sticky_user_data([TP("a", 2), TP("a", 1)], 5) == (
+        b"\x00\x00\x00\x01" b"\x00\x01a" b"\x00\x00\x00\x02" b"\x00\x00\x00\x01"
+        b"\x00\x00\x00\x02" b"\x00\x00\x00\x05")
+
+
+def _subscription(user_data: bytes | None, owned: list[TP] = [],  # noqa: B006 - read only
+                  generation: int = -1, version: int = 1) -> wire.Subscription:
+    entries = [ConsumerProtocolSubscription.TopicPartition(topic=t, partitions=ps)
+               for t, ps in wire.by_topic(owned).items()]
+    return wire.read_member_subscription(bytes(ConsumerProtocolSubscription(
+        topics=["a"], user_data=user_data, owned_partitions=entries, generation_id=generation,
+        rack_id=None).encode(version=version)))
+
+
+def test_a_java_eager_sticky_members_claim_is_in_its_user_data() -> None:
+    v1 = wire.sticky_user_data([TP("a", 1), TP("a", 2)], 5)
+    assert wire.read_claim(_subscription(v1), "sticky") == (5, [TP("a", 1), TP("a", 2)])
+    v0 = v1[:-4]  # v0 has no generation: "not said"
+    assert wire.read_claim(_subscription(v0), "sticky") == (-1, [TP("a", 1), TP("a", 2)])
+    for nothing in (None, b"", b"\x00\x00"):
+        assert wire.read_claim(_subscription(nothing), "sticky") == (-1, [])
+
+
+def test_a_cooperative_members_claim_is_its_owned_partitions() -> None:
+    owned = [TP("a", 0)]
+    assert wire.read_claim(_subscription(None, owned, 7, version=3),
+                           "cooperative-sticky") == (7, owned)
+    # Before v2 Java's cooperative-sticky writes its generation as user data (an int32).
+    assert wire.read_claim(_subscription(b"\x00\x00\x00\x09", owned, version=1),
+                           "cooperative-sticky") == (9, owned)
+    assert wire.read_claim(_subscription(b"\x00\x00\x00\x09", owned, version=1), "sticky") == (
+        9, owned)  # an owning subscription on sticky (eosclient's, once it reports ownership)
+    assert wire.read_claim(_subscription(None, owned, 7, version=3), "range") == (-1, [])

@@ -22,6 +22,12 @@ stale claim from a current one), v3 the ``rack_id``. An eager member sends v1 wi
 (it gave everything up before joining, as Java's eager consumer does); a member that states its
 ownership sends v3, the version Java's consumer sends (rack null). Every version down to v0
 decodes (:func:`read_member_subscription`); a field the version lacks reads as "not said".
+
+Java's sticky assignors also say it in ``user_data``, where the leader must look for members of
+other clients (:func:`read_claim`): the eager ``sticky`` sends nothing owned (it revoked all)
+and puts its previous assignment and generation there (``StickyAssignorUserData`` v1, no
+version header; v0 lacks the generation), and ``cooperative-sticky`` puts its generation there
+(an int32), for leaders that read subscriptions older than v2.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
+from kafka.coordinator.assignors.sticky.user_data import StickyAssignorUserData
 from kafka.protocol.consumer import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
 from eosclient._core.types import TopicPartition
@@ -53,12 +60,14 @@ __all__ = [
     "offset_commit",
     "offset_fetch",
     "read_assignment",
+    "read_claim",
     "read_coordinator",
     "read_list_offsets",
     "read_member_subscription",
     "read_offset_commit",
     "read_offset_fetch",
     "read_subscription",
+    "sticky_user_data",
     "subscription_bytes",
     "sync_group",
 ]
@@ -154,6 +163,45 @@ def read_subscription(data: bytes) -> list[str]:
         ProtocolError: the bytes are not a consumer protocol subscription.
     """
     return read_member_subscription(data).topics
+
+
+def sticky_user_data(owned: Iterable[TopicPartition], generation: int) -> bytes:
+    """The ``user_data`` Java's eager ``StickyAssignor`` sends: its previous assignment and
+    generation (``StickyAssignorUserData`` v1, without a version header)."""
+    entries = [StickyAssignorUserData.TopicPartition(topic=topic, partitions=numbers)
+               for topic, numbers in by_topic(owned).items()]
+    data = StickyAssignorUserData(previous_assignment=entries, generation=generation)
+    return bytes(data.encode(version=1, header=False))
+
+
+def read_claim(subscription: Subscription, assignor: str) -> tuple[int, list[TopicPartition]]:
+    """(generation, partitions) that a member claims to own, read as the Java client of the
+    chosen ``assignor`` writes it; (-1, []) when it claims nothing or its user data does not
+    decode (Java's leader then ignores it too).
+
+    ``sticky``: the subscription's owned partitions if it lists any, else the previous
+    assignment in its user data (v1, else v0 without a generation). ``cooperative-sticky``: the
+    owned partitions, with the subscription's generation (v2+) or else the int32 generation in
+    its user data. Other assignors claim nothing.
+    """
+    if assignor == "sticky" and not subscription.owned:
+        for version in (1, 0):
+            try:
+                data = StickyAssignorUserData.decode(subscription.user_data or b"",
+                                                     version=version, header=False)
+            except Exception:  # kafka-python raises assorted types for short or bad data
+                continue
+            owned = sorted({TopicPartition(entry.topic, p)
+                            for entry in data.previous_assignment for p in entry.partitions})
+            return getattr(data, "generation", _NO_GENERATION), owned
+        return _NO_GENERATION, []
+    if assignor not in ("sticky", "cooperative-sticky"):
+        return _NO_GENERATION, []
+    generation = subscription.generation
+    user_data = subscription.user_data
+    if generation == _NO_GENERATION and user_data is not None and len(user_data) == 4:
+        generation = int.from_bytes(user_data, "big", signed=True)
+    return generation, list(subscription.owned)
 
 
 def assignment_bytes(partitions: Iterable[TopicPartition]) -> bytes:
