@@ -182,10 +182,16 @@ def _assignors(value: object, key: str) -> object:
     if not isinstance(items, list | tuple) or not items:
         raise ConfigError(f"expected assignor names, got {_type_name(value)}", key=key)
     names = tuple(str(i).strip().lower() for i in items)
-    unknown = [n for n in names if n not in ("range", "roundrobin")]
+    if "cooperative-sticky" in names:
+        # Offering it would promise the group KIP-429's protocol, which the membership does not
+        # speak yet: it revokes every partition before joining (eager).
+        raise ConfigError("cooperative-sticky is not supported yet: the consumer rebalances "
+                          "eagerly; use sticky (the same assignment, every partition revoked "
+                          "at each rebalance)", key=key)
+    unknown = [n for n in names if n not in ("range", "roundrobin", "sticky")]
     if unknown or len(set(names)) != len(names):
-        raise ConfigError(f"known assignors are range and roundrobin (each once), got {value!r}",
-                          key=key)
+        raise ConfigError("known assignors are range, roundrobin and sticky (each once), got "
+                          f"{value!r}", key=key)
     return names
 
 
@@ -550,7 +556,8 @@ class ConsumerConfig(ClientConfig):
     partition_assignment_strategy: tuple[str, ...] = field(
         default=("range", "roundrobin"), metadata=setting(
             "partition.assignment.strategy", _assignors,
-            "assignors offered when joining, preferred first: range, roundrobin"))
+            "assignors offered when joining, preferred first: range, roundrobin, sticky "
+            "(cooperative-sticky is refused: the consumer rebalances eagerly)"))
     default_api_timeout_ms: int = field(default=60_000, metadata=setting(
         "default.api.timeout.ms", integer(0),
         "the default timeout of blocking calls (position, commit, committed, close, ...)"))

@@ -127,7 +127,7 @@ def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("assignor", ["range", "roundrobin"])
+@pytest.mark.parametrize("assignor", ["range", "roundrobin", "sticky"])
 def test_two_members_rebalance_without_losing_or_repeating_a_record(
         noida_broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str],
         assignor: str) -> None:
@@ -154,7 +154,8 @@ def test_two_members_rebalance_without_losing_or_repeating_a_record(
         a.stop()
     assert len(counted) == RECORDS and set(counted.values()) == {1}  # none lost, none repeated
     assert [kind for kind, _, _ in b.events] == ["assign", "revoke"]
-    assert sorted(b.events[0][1]) == (([2, 3]) if assignor == "range" else [1, 3])
+    assert sorted(b.events[0][1]) == ([2, 3] if assignor == "range" else [1, 3])  # sticky:
+    # as roundrobin here, since eager members report no ownership (docs/consumer.md)
     assert all(mine for _, _, mine in a.events + b.events)  # callbacks on the polling thread
     assert len(a.generations) >= 3 and min(a.generations) >= 0  # joined, b came, b went
 

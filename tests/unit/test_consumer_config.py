@@ -19,6 +19,7 @@ from eosclient import (
     ReadCommittedConsumer,
     TopicPartition,
 )
+from eosclient._consumer.assignors import ASSIGNORS, COOPERATIVE_STICKY
 from eosclient.config import ClientConfig, build
 
 SERVERS = "127.0.0.1:1"
@@ -61,7 +62,8 @@ def test_dotted_keys_and_keywords_agree() -> None:
 @pytest.mark.parametrize(("key", "value"), [
     ("isolation.level", "read_dirty"), ("auto.offset.reset", "smallest"),
     ("enable.auto.commit", True), ("fetch.max.bytes", 0), ("max.poll.records", 0),
-    ("partition.assignment.strategy", "sticky"), ("partition.assignment.strategy", []),
+    ("partition.assignment.strategy", "stiky"), ("partition.assignment.strategy", []),
+    ("partition.assignment.strategy", "sticky,cooperative-sticky"),
     ("partition.assignment.strategy", "range,range"), ("group.id", ""),
     ("session.timeout.ms", "45000"), ("read.committed.max.held.bytes", 0),
     ("check.crcs", "false"), ("check.crcs", 0),
@@ -70,6 +72,19 @@ def test_a_bad_value_names_its_key(key: str, value: object) -> None:
     with pytest.raises(ConfigError) as raised:
         consumer_config({key: value})
     assert raised.value.key == key and str(raised.value).startswith(key)
+
+
+def test_the_settings_offer_exactly_the_eager_assignors_the_membership_runs() -> None:
+    assert consumer_config(partition_assignment_strategy="sticky, range") \
+        .partition_assignment_strategy == ("sticky", "range")
+    for names in ASSIGNORS:
+        assert consumer_config(partition_assignment_strategy=names)
+    assert COOPERATIVE_STICKY not in ASSIGNORS
+
+
+def test_cooperative_sticky_is_refused_until_the_membership_speaks_kip_429() -> None:
+    with pytest.raises(ConfigError, match="cooperative-sticky is not supported yet"):
+        consumer_config(partition_assignment_strategy=["cooperative-sticky"])
 
 
 def test_settings_checked_together() -> None:

@@ -166,3 +166,83 @@ def test_a_dynamic_member_sends_no_instance_id() -> None:
                                     version=version).group_instance_id is None
     leave = wire.leave_group("g", "m")
     assert leave.decode(leave.encode(version=5), version=5).members[0].group_instance_id is None
+
+
+def test_owning_subscription_golden_bytes() -> None:
+    # version 3, topics ["a"], user_data null, owned [("a", [1, 2])], generation 5, rack null
+    assert wire.subscription_bytes(["a"], owned=[TP("a", 2), TP("a", 1)], generation=5) == (
+        b"\x00\x03" b"\x00\x00\x00\x01" b"\x00\x01a" b"\xff\xff\xff\xff"
+        b"\x00\x00\x00\x01" b"\x00\x01a" b"\x00\x00\x00\x02" b"\x00\x00\x00\x01"
+        b"\x00\x00\x00\x02" b"\x00\x00\x00\x05" b"\xff\xff")
+
+
+@given(names=topics, owned=partitions, generation=st.integers(-1, 2**31 - 1))
+def test_owning_subscription_round_trip(names: list[str], owned: list[TP],
+                                        generation: int) -> None:
+    data = wire.subscription_bytes(names, owned=owned, generation=generation)
+    assert wire.read_member_subscription(data) == wire.Subscription(
+        sorted(names), sorted(set(owned)), generation, None)
+    assert wire.read_subscription(data) == sorted(names)
+
+
+@pytest.mark.parametrize(("version", "owned", "generation"), [
+    (0, [], -1), (1, [TP("x", 0), TP("y", 3)], -1), (2, [TP("x", 0)], 7), (3, [TP("x", 0)], 7)])
+def test_every_subscription_version_decodes_what_it_has(version: int, owned: list[TP],
+                                                        generation: int) -> None:
+    # Java sends v3; older clients v0-v2 (a field the version lacks reads as "not said").
+    entries = [ConsumerProtocolSubscription.TopicPartition(topic=t, partitions=ps)
+               for t, ps in wire.by_topic(owned).items()]
+    data = ConsumerProtocolSubscription(topics=["y", "x"], user_data=b"u",
+                                        owned_partitions=entries, generation_id=generation,
+                                        rack_id="r").encode(version=version)
+    assert wire.read_member_subscription(bytes(data)) == wire.Subscription(
+        ["y", "x"], owned, generation, b"u")
+
+
+def test_an_eager_subscription_owns_nothing_and_names_no_generation() -> None:
+    assert wire.read_member_subscription(wire.subscription_bytes(["a"])) == wire.Subscription(
+        ["a"], [], -1, None)
+
+
+@pytest.mark.parametrize("cut", [1, 5, 12, 20])
+def test_a_cut_owning_subscription_is_a_protocol_error(cut: int) -> None:
+    data = wire.subscription_bytes(["a"], owned=[TP("a", 1)], generation=5)
+    with pytest.raises(ProtocolError):
+        wire.read_member_subscription(data[:cut])
+
+
+def test_sticky_user_data_golden_bytes() -> None:
+    # Java's StickyAssignorUserData v1, no version header: [("a", [1, 2])], generation 5
+    assert wire.sticky_user_data([TP("a", 2), TP("a", 1)], 5) == (
+        b"\x00\x00\x00\x01" b"\x00\x01a" b"\x00\x00\x00\x02" b"\x00\x00\x00\x01"
+        b"\x00\x00\x00\x02" b"\x00\x00\x00\x05")
+
+
+def _subscription(user_data: bytes | None, owned: list[TP] = [],  # noqa: B006 - read only
+                  generation: int = -1, version: int = 1) -> wire.Subscription:
+    entries = [ConsumerProtocolSubscription.TopicPartition(topic=t, partitions=ps)
+               for t, ps in wire.by_topic(owned).items()]
+    return wire.read_member_subscription(bytes(ConsumerProtocolSubscription(
+        topics=["a"], user_data=user_data, owned_partitions=entries, generation_id=generation,
+        rack_id=None).encode(version=version)))
+
+
+def test_a_java_eager_sticky_members_claim_is_in_its_user_data() -> None:
+    v1 = wire.sticky_user_data([TP("a", 1), TP("a", 2)], 5)
+    assert wire.read_claim(_subscription(v1), "sticky") == (5, [TP("a", 1), TP("a", 2)])
+    v0 = v1[:-4]  # v0 has no generation: "not said"
+    assert wire.read_claim(_subscription(v0), "sticky") == (-1, [TP("a", 1), TP("a", 2)])
+    for nothing in (None, b"", b"\x00\x00"):
+        assert wire.read_claim(_subscription(nothing), "sticky") == (-1, [])
+
+
+def test_a_cooperative_members_claim_is_its_owned_partitions() -> None:
+    owned = [TP("a", 0)]
+    assert wire.read_claim(_subscription(None, owned, 7, version=3),
+                           "cooperative-sticky") == (7, owned)
+    # Before v2 Java's cooperative-sticky writes its generation as user data (an int32).
+    assert wire.read_claim(_subscription(b"\x00\x00\x00\x09", owned, version=1),
+                           "cooperative-sticky") == (9, owned)
+    assert wire.read_claim(_subscription(b"\x00\x00\x00\x09", owned, version=1), "sticky") == (
+        9, owned)  # an owning subscription on sticky (eosclient's, once it reports ownership)
+    assert wire.read_claim(_subscription(None, owned, 7, version=3), "range") == (-1, [])

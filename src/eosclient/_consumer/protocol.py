@@ -15,6 +15,19 @@ member's assignment (its partitions) in SyncGroup. kafka-python's generated
 ``ConsumerProtocolSubscription``/``ConsumerProtocolAssignment`` encode them, a version header
 first; subscriptions of newer versions (Java's v3, with owned partitions) decode at the newest
 version kafka-python knows.
+
+A subscription says what the member owns for the sticky assignors (KIP-429): v1 adds
+``owned_partitions``, v2 the ``generation_id`` they were assigned in (so the leader can tell a
+stale claim from a current one), v3 the ``rack_id``. An eager member sends v1 with nothing owned
+(it gave everything up before joining, as Java's eager consumer does); a member that states its
+ownership sends v3, the version Java's consumer sends (rack null). Every version down to v0
+decodes (:func:`read_member_subscription`); a field the version lacks reads as "not said".
+
+Java's sticky assignors also say it in ``user_data``, where the leader must look for members of
+other clients (:func:`read_claim`): the eager ``sticky`` sends nothing owned (it revoked all)
+and puts its previous assignment and generation there (``StickyAssignorUserData`` v1, no
+version header; v0 lacks the generation), and ``cooperative-sticky`` puts its generation there
+(an int32), for leaders that read subscriptions older than v2.
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
+from kafka.coordinator.assignors.sticky.user_data import StickyAssignorUserData
 from kafka.protocol.consumer import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
 from eosclient._core.types import TopicPartition
@@ -33,6 +47,7 @@ __all__ = [
     "EARLIEST",
     "Node",
     "Offset",
+    "Subscription",
     "assignment_bytes",
     "by_topic",
     "fetch",
@@ -45,11 +60,14 @@ __all__ = [
     "offset_commit",
     "offset_fetch",
     "read_assignment",
+    "read_claim",
     "read_coordinator",
     "read_list_offsets",
+    "read_member_subscription",
     "read_offset_commit",
     "read_offset_fetch",
     "read_subscription",
+    "sticky_user_data",
     "subscription_bytes",
     "sync_group",
 ]
@@ -60,6 +78,8 @@ EARLIEST: Final = -2
 
 _GROUP_KEY: Final = 0  # FindCoordinator key_type: 0 = group, 1 = transaction
 _SUBSCRIPTION_VERSION: Final = 1
+_OWNING_SUBSCRIPTION_VERSION: Final = 3  # owned partitions (v1), generation (v2), rack (v3)
+_NO_GENERATION: Final = -1
 _ASSIGNMENT_VERSION: Final = 1
 _NO_OFFSET: Final = -1
 
@@ -90,11 +110,50 @@ def by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
 # -- the consumer protocol ------------------------------------------------------------------------
 
 
-def subscription_bytes(topics: Iterable[str]) -> bytes:
-    """A member's JoinGroup metadata: its topics, sorted."""
-    data = ConsumerProtocolSubscription(topics=sorted(set(topics)), user_data=None,
-                                        owned_partitions=[])
-    return bytes(data.encode(version=_SUBSCRIPTION_VERSION, header=True))
+class Subscription(NamedTuple):
+    """A member's JoinGroup metadata, decoded."""
+
+    topics: list[str]
+    owned: list[TopicPartition]  # sorted; empty before v1 or when the member owns nothing
+    generation: int  # the generation ``owned`` was assigned in; -1 when not said (v0, v1)
+    user_data: bytes | None
+
+
+def subscription_bytes(topics: Iterable[str], *, owned: Iterable[TopicPartition] | None = None,
+                       generation: int = _NO_GENERATION) -> bytes:
+    """A member's JoinGroup metadata: its topics, sorted.
+
+    Without ``owned``: version 1, owning nothing (an eager member). With ``owned`` (possibly
+    empty): version 3, the partitions the member holds and the ``generation`` it got them in.
+    """
+    names = sorted(set(topics))
+    if owned is None:
+        data = ConsumerProtocolSubscription(topics=names, user_data=None, owned_partitions=[])
+        return bytes(data.encode(version=_SUBSCRIPTION_VERSION, header=True))
+    entries = [ConsumerProtocolSubscription.TopicPartition(topic=topic, partitions=numbers)
+               for topic, numbers in by_topic(owned).items()]
+    data = ConsumerProtocolSubscription(topics=names, user_data=None, owned_partitions=entries,
+                                        generation_id=generation, rack_id=None)
+    return bytes(data.encode(version=_OWNING_SUBSCRIPTION_VERSION, header=True))
+
+
+def read_member_subscription(data: bytes) -> Subscription:
+    """Everything in a member's JoinGroup metadata, of any version.
+
+    Raises:
+        ProtocolError: the bytes are not a consumer protocol subscription.
+    """
+    try:
+        decoded = ConsumerProtocolSubscription.decode(data, header=True)
+    except Exception as exc:  # kafka-python raises assorted types for short or bad data
+        raise ProtocolError(f"a member's subscription does not decode: {exc!r}") from exc
+    owned = getattr(decoded, "owned_partitions", None) or []
+    generation = getattr(decoded, "generation_id", None)
+    return Subscription(
+        list(decoded.topics),
+        sorted({TopicPartition(entry.topic, p) for entry in owned for p in entry.partitions}),
+        _NO_GENERATION if generation is None else int(generation),
+        None if decoded.user_data is None else bytes(decoded.user_data))
 
 
 def read_subscription(data: bytes) -> list[str]:
@@ -103,10 +162,46 @@ def read_subscription(data: bytes) -> list[str]:
     Raises:
         ProtocolError: the bytes are not a consumer protocol subscription.
     """
-    try:
-        return list(ConsumerProtocolSubscription.decode(data, header=True).topics)
-    except Exception as exc:  # kafka-python raises assorted types for short or bad data
-        raise ProtocolError(f"a member's subscription does not decode: {exc!r}") from exc
+    return read_member_subscription(data).topics
+
+
+def sticky_user_data(owned: Iterable[TopicPartition], generation: int) -> bytes:
+    """The ``user_data`` Java's eager ``StickyAssignor`` sends: its previous assignment and
+    generation (``StickyAssignorUserData`` v1, without a version header)."""
+    entries = [StickyAssignorUserData.TopicPartition(topic=topic, partitions=numbers)
+               for topic, numbers in by_topic(owned).items()]
+    data = StickyAssignorUserData(previous_assignment=entries, generation=generation)
+    return bytes(data.encode(version=1, header=False))
+
+
+def read_claim(subscription: Subscription, assignor: str) -> tuple[int, list[TopicPartition]]:
+    """(generation, partitions) that a member claims to own, read as the Java client of the
+    chosen ``assignor`` writes it; (-1, []) when it claims nothing or its user data does not
+    decode (Java's leader then ignores it too).
+
+    ``sticky``: the subscription's owned partitions if it lists any, else the previous
+    assignment in its user data (v1, else v0 without a generation). ``cooperative-sticky``: the
+    owned partitions, with the subscription's generation (v2+) or else the int32 generation in
+    its user data. Other assignors claim nothing.
+    """
+    if assignor == "sticky" and not subscription.owned:
+        for version in (1, 0):
+            try:
+                data = StickyAssignorUserData.decode(subscription.user_data or b"",
+                                                     version=version, header=False)
+            except Exception:  # kafka-python raises assorted types for short or bad data
+                continue
+            owned = sorted({TopicPartition(entry.topic, p)
+                            for entry in data.previous_assignment for p in entry.partitions})
+            return getattr(data, "generation", _NO_GENERATION), owned
+        return _NO_GENERATION, []
+    if assignor not in ("sticky", "cooperative-sticky"):
+        return _NO_GENERATION, []
+    generation = subscription.generation
+    user_data = subscription.user_data
+    if generation == _NO_GENERATION and user_data is not None and len(user_data) == 4:
+        generation = int.from_bytes(user_data, "big", signed=True)
+    return generation, list(subscription.owned)
 
 
 def assignment_bytes(partitions: Iterable[TopicPartition]) -> bytes:

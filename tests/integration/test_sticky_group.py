@@ -1,0 +1,177 @@
+"""The sticky assignor in a real group: a third member joining moves only its share.
+
+The consumer's membership rebalances eagerly and does not report what a member owned yet (the
+cooperative step will), so these members are driven by hand on their own connections: each
+joins with a version 3 subscription naming what it owns and since which generation, the leader
+decodes everybody's, runs ``sticky_assign`` and sends the result in SyncGroup, as the membership
+will. What the broker adds is everything between: it carries the subscriptions to the leader
+byte for byte, picks ``sticky`` as the group's protocol, forms the generations, and hands each
+member its share. Then ``ReadCommittedConsumer`` members that offer ``sticky`` form a group and
+share the partitions (balanced; not yet sticky across rebalances, see above).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from eosclient import ReadCommittedConsumer, TopicPartition
+from eosclient._consumer import protocol as wire
+from eosclient._consumer.assignors import Claim, sticky_assign
+from eosclient._net.blocking import BlockingConnection
+from eosclient.testing import topics
+from eosclient.testing.brokers import RunningBroker
+
+pytestmark = pytest.mark.broker
+
+PARTITIONS = 12
+_SESSION_MS = 6000
+_REBALANCE_IN_PROGRESS = 27
+_MEMBER_ID_REQUIRED = 79  # KIP-394
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+class StickyMember:
+    """A group member on a thread and a connection of its own: join with what it owns, lead if
+    named (sticky_assign over the decoded subscriptions), sync, heartbeat until the
+    coordinator asks for a rebalance, and again; until stopped, then leave."""
+
+    def __init__(self, broker: RunningBroker, group: str, topic: str, name: str) -> None:
+        self.member_id, self.generation = "", -1
+        self.owned: list[TopicPartition] = []
+        self.history: list[tuple[int, list[TopicPartition]]] = []  # (generation, assignment)
+        self.error: BaseException | None = None
+        self._group, self._topic = group, topic
+        self._conn = BlockingConnection(broker.host, broker.port, client_id=name)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        self._conn.request(wire.leave_group(self._group, self.member_id))
+        self._conn.close()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if self._join_and_sync():
+                    while not self._stop.wait(0.2) and not self._rebalancing():
+                        pass
+        except BaseException as exc:  # the test thread reports it
+            self.error = exc
+
+    def _join_and_sync(self) -> bool:
+        metadata = wire.subscription_bytes([self._topic], owned=self.owned,
+                                           generation=self.generation)
+        joined = self._conn.request(wire.join_group(
+            self._group, self.member_id, session_timeout_ms=_SESSION_MS,
+            rebalance_timeout_ms=30_000, protocols=[("sticky", metadata)]), timeout=60)
+        if joined.error_code == _MEMBER_ID_REQUIRED:
+            self.member_id = joined.member_id
+            return False
+        assert joined.error_code == 0, joined
+        assert joined.protocol_name == "sticky", joined
+        self.member_id = joined.member_id
+        assignments: dict[str, bytes] = {}
+        if joined.leader == joined.member_id:
+            subscriptions = {m.member_id: wire.read_member_subscription(m.metadata)
+                             for m in joined.members}
+            result = sticky_assign(
+                {self._topic: PARTITIONS}, {m: s.topics for m, s in subscriptions.items()},
+                claims={m: Claim(s.generation, s.owned) for m, s in subscriptions.items()})
+            assignments = {m: wire.assignment_bytes(ps) for m, ps in result.items()}
+        synced = self._conn.request(wire.sync_group(
+            self._group, joined.generation_id, self.member_id, joined.protocol_name,
+            assignments), timeout=30)
+        if synced.error_code == _REBALANCE_IN_PROGRESS:
+            return False
+        assert synced.error_code == 0, synced
+        self.generation = joined.generation_id
+        self.owned = wire.read_assignment(synced.assignment)
+        self.history.append((self.generation, self.owned))
+        return True
+
+    def _rebalancing(self) -> bool:
+        beat = self._conn.request(wire.heartbeat(self._group, self.generation, self.member_id))
+        assert beat.error_code in (0, _REBALANCE_IN_PROGRESS), beat
+        return bool(beat.error_code == _REBALANCE_IN_PROGRESS)
+
+
+def settled(members: list[StickyMember]) -> dict[str, list[TopicPartition]] | None:
+    """Every member's assignment once all of them synced in one generation that gives out
+    every partition; None before."""
+    for member in members:
+        assert member.error is None, member.error
+    if any(not m.history for m in members):
+        return None
+    generations = {m.history[-1][0] for m in members}
+    given = sorted(tp for m in members for tp in m.history[-1][1])
+    if len(generations) != 1 or given != [TopicPartition(members[0]._topic, p)
+                                          for p in range(PARTITIONS)]:
+        return None
+    return {m.member_id: m.history[-1][1] for m in members}
+
+
+def test_a_third_member_joining_moves_only_its_share(
+        broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    topics.create_topic(broker, topic_name, PARTITIONS)
+    group = unique_name("group")
+    members = [StickyMember(broker, group, topic_name, name) for name in ("a", "b")]
+    try:
+        wait_for(lambda: settled(members) is not None)
+        before = settled(members)
+        assert before is not None and sorted(len(ps) for ps in before.values()) == [6, 6]
+        members.append(StickyMember(broker, group, topic_name, "c"))
+        wait_for(lambda: settled(members) is not None and len(members[2].history) > 0)
+        after = settled(members)
+        assert after is not None and sorted(len(ps) for ps in after.values()) == [4, 4, 4]
+        # a and b each keep 4 of their 6; the 4 that move are all c's.
+        for member_id, kept in before.items():
+            assert set(after[member_id]) < set(kept)
+        assert set(after[members[2].member_id]).isdisjoint(
+            set(after[members[0].member_id]) | set(after[members[1].member_id]))
+    finally:
+        for member in members:
+            member.stop()
+
+
+def test_consumers_offering_sticky_share_the_partitions(
+        noida_broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    topics.create_topic(noida_broker, topic_name, PARTITIONS)
+    group = unique_name("group")
+    config: dict[str, object] = {"partition.assignment.strategy": "sticky",
+                                 "session.timeout.ms": _SESSION_MS,
+                                 "heartbeat.interval.ms": 200}
+    consumers = [ReadCommittedConsumer(noida_broker.bootstrap_servers, group_id=group,
+                                       config=config) for _ in range(3)]
+    stop = threading.Event()
+
+    def poll(consumer: ReadCommittedConsumer) -> None:
+        consumer.subscribe([topic_name])
+        while not stop.is_set():
+            consumer.poll(0.1)
+
+    pollers = [threading.Thread(target=poll, args=(c,)) for c in consumers]
+    for poller in pollers:
+        poller.start()
+    try:
+        wait_for(lambda: sorted(len(c.assignment()) for c in consumers) == [4, 4, 4])
+        given = sorted(tp for c in consumers for tp in c.assignment())
+        assert given == [TopicPartition(topic_name, p) for p in range(PARTITIONS)]
+    finally:
+        stop.set()
+        for poller in pollers:
+            poller.join(30)
+        for consumer in consumers:
+            consumer.close()
