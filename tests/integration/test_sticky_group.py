@@ -1,13 +1,13 @@
 """The sticky assignor in a real group: a third member joining moves only its share.
 
-The consumer's membership rebalances eagerly and does not report what a member owned yet (the
-cooperative step will), so these members are driven by hand on their own connections: each
-joins with a version 3 subscription naming what it owns and since which generation, the leader
-decodes everybody's, runs ``sticky_assign`` and sends the result in SyncGroup, as the membership
-will. What the broker adds is everything between: it carries the subscriptions to the leader
-byte for byte, picks ``sticky`` as the group's protocol, forms the generations, and hands each
-member its share. Then ``ReadCommittedConsumer`` members that offer ``sticky`` form a group and
-share the partitions (balanced; not yet sticky across rebalances, see above).
+First with members driven by hand on their own connections: each joins with a version 3
+subscription naming what it owns and since which generation, the leader decodes everybody's,
+runs ``sticky_assign`` and sends the result in SyncGroup. What the broker adds is everything
+between: it carries the subscriptions to the leader byte for byte, picks ``sticky`` as the
+group's protocol, forms the generations, and hands each member its share. Then the same with
+``ReadCommittedConsumer`` members that offer ``sticky``: the membership sends what it was last
+given (eager: all of it was revoked before the rejoin, as Java's eager ``StickyAssignor``
+reports its previous assignment) and the leader honours the claims.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def test_a_third_member_joining_moves_only_its_share(
             member.stop()
 
 
-def test_consumers_offering_sticky_share_the_partitions(
+def test_consumers_offering_sticky_keep_their_partitions_when_a_member_joins(
         noida_broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
     topics.create_topic(noida_broker, topic_name, PARTITIONS)
     group = unique_name("group")
@@ -163,12 +163,18 @@ def test_consumers_offering_sticky_share_the_partitions(
             consumer.poll(0.1)
 
     pollers = [threading.Thread(target=poll, args=(c,)) for c in consumers]
-    for poller in pollers:
+    for poller in pollers[:2]:
         poller.start()
     try:
+        wait_for(lambda: sorted(len(c.assignment()) for c in consumers[:2]) == [6, 6])
+        before = [set(c.assignment()) for c in consumers[:2]]
+        pollers[2].start()
         wait_for(lambda: sorted(len(c.assignment()) for c in consumers) == [4, 4, 4])
         given = sorted(tp for c in consumers for tp in c.assignment())
         assert given == [TopicPartition(topic_name, p) for p in range(PARTITIONS)]
+        # Sticky: the two kept 4 of their 6 each; only the newcomer's share moved.
+        assert [len(set(c.assignment()) & had) for c, had in zip(consumers, before,
+                                                                  strict=False)] == [4, 4]
     finally:
         stop.set()
         for poller in pollers:

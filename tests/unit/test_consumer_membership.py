@@ -323,6 +323,38 @@ def test_a_static_member_leaves_only_when_told_and_then_by_member_id_alone() -> 
     assert (member.member_id, member.group_instance_id) == ("m1", None)
 
 
+def test_a_member_offering_sticky_rejoins_claiming_what_it_was_given() -> None:
+    sticky = dataclasses.replace(SETTINGS, assignors=("sticky", "range"))
+    m, join = joining(settings=sticky)
+    first = wire.read_member_subscription(join.request.protocols[0].metadata)
+    assert (first.owned, first.generation) == ([], -1)  # a new member owns nothing
+    m.on_response(join, joined(), 0.0)
+    m.on_response(one(m.poll(0.0, counts), "sync"), synced([TP("t", 0), TP("t", 1)]), 0.0)
+    m.take_assignment(0.0)
+    m.on_response(one(m.poll(1.0, counts), "heartbeat"), beat(27), 1.0)  # a rebalance
+    m.revoked(1.0)
+    again = one(m.poll(1.0, counts), "join")
+    claim = wire.read_member_subscription(again.request.protocols[0].metadata)
+    assert (claim.owned, claim.generation) == ([TP("t", 0), TP("t", 1)], 5)
+
+
+def test_a_sticky_leader_keeps_each_member_on_what_it_claims() -> None:
+    sticky = dataclasses.replace(SETTINGS, assignors=("sticky",))
+    m, join = joining(settings=sticky)
+    owns = {"m1": [TP("t", 2), TP("t", 3)], "m2": [TP("t", 0), TP("t", 1)]}
+    members = [JOIN.JoinGroupResponseMember(
+        member_id=member, group_instance_id=None,
+        metadata=wire.subscription_bytes(["t"], owned=tps, generation=4))
+        for member, tps in owns.items()]
+    answer = JOIN(version=7, throttle_time_ms=0, error_code=0, generation_id=5,
+                  protocol_type="consumer", protocol_name="sticky", leader="m1",
+                  member_id="m1", members=members)
+    m.on_response(join, answer, 0.0)
+    sync = one(m.poll(0.0, counts), "sync")
+    given = {a.member_id: wire.read_assignment(a.assignment) for a in sync.request.assignments}
+    assert given == owns  # range would have given m1 partitions 0 and 1
+
+
 @pytest.mark.parametrize(("code", "again"), [(0, True), (25, False)])  # 25: UNKNOWN_MEMBER_ID
 def test_a_join_answered_after_leave_is_left_again(code: int, again: bool) -> None:
     # Tansu completes a JoinGroup it held after a LeaveGroup that overtook it (JoinGroup has a

@@ -74,6 +74,7 @@ from eosclient._core.types import TopicPartition
 __all__ = [
     "ASSIGNORS",
     "COOPERATIVE_STICKY",
+    "STICKY",
     "Assignor",
     "Claim",
     "Handover",
@@ -84,13 +85,16 @@ __all__ = [
     "sticky_assign",
 ]
 
+STICKY: Final = "sticky"
+"""Java's protocol name of the eager sticky assignor."""
 COOPERATIVE_STICKY: Final = "cooperative-sticky"
 """librdkafka's and Java's protocol name of the cooperative sticky assignor."""
 
 Assignor = Callable[[Mapping[str, int], Mapping[str, Collection[str]],
-                     Mapping[str, str | None]], dict[str, list[TopicPartition]]]
-"""(partitions per topic, topics per member id, instance id per member id) -> partitions per
-member id."""
+                     Mapping[str, str | None], Mapping[str, "Claim"]],
+                    dict[str, list[TopicPartition]]]
+"""(partitions per topic, topics per member id, instance id per member id, what each member
+claims to own) -> partitions per member id. range and roundrobin ignore the claims."""
 
 _NO_INSTANCES: Mapping[str, str | None] = {}
 
@@ -108,6 +112,7 @@ _NO_CLAIMS: Mapping[str, Claim] = {}
 
 def range_assign(partitions: Mapping[str, int], subscriptions: Mapping[str, Collection[str]],
                  instances: Mapping[str, str | None] = _NO_INSTANCES,
+                 claims: Mapping[str, Claim] = _NO_CLAIMS,
                  ) -> dict[str, list[TopicPartition]]:
     """Consecutive ranges of each topic's partitions, per topic, over its subscribers.
 
@@ -116,6 +121,7 @@ def range_assign(partitions: Mapping[str, int], subscriptions: Mapping[str, Coll
         subscriptions: The topics each member subscribed to, by member id.
         instances: The ``group.instance.id`` of each static member, by member id (a member
             missing here, or mapped to None, is dynamic); it decides the members' order.
+        claims: Ignored (an eager assignor computes afresh; :func:`sticky_assign` reads them).
 
     Returns:
         Every member id mapped to its partitions (possibly none), sorted.
@@ -135,6 +141,7 @@ def range_assign(partitions: Mapping[str, int], subscriptions: Mapping[str, Coll
 
 def roundrobin_assign(partitions: Mapping[str, int], subscriptions: Mapping[str, Collection[str]],
                       instances: Mapping[str, str | None] = _NO_INSTANCES,
+                      claims: Mapping[str, Claim] = _NO_CLAIMS,
                       ) -> dict[str, list[TopicPartition]]:
     """Every subscribed partition in order, dealt around the ordered members in a circle.
 
@@ -429,5 +436,5 @@ def _subscribed(subscriptions: Mapping[str, Collection[str]]) -> set[str]:
 
 
 ASSIGNORS: Mapping[str, Assignor] = {"range": range_assign, "roundrobin": roundrobin_assign,
-                                     "sticky": sticky_assign}
+                                     STICKY: sticky_assign}
 """The eager assignors by their protocol name (the name JoinGroup carries)."""

@@ -65,7 +65,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Final
 
 from eosclient._consumer import protocol as wire
-from eosclient._consumer.assignors import ASSIGNORS
+from eosclient._consumer.assignors import ASSIGNORS, STICKY, Claim
 from eosclient._consumer.coordinator import CoordinatorLookup
 from eosclient._consumer.group_table import (
     _HEARTBEATING,
@@ -131,6 +131,10 @@ class Membership:
         self.last_joined: tuple[int, str] | None = None
         self.topics: frozenset[str] = frozenset()
         self.assignment: list[TopicPartition] = []  # from SyncGroup, until installed
+        # What this member was last given and in which generation: the claim a sticky leader
+        # reads (sent when ``sticky`` is offered; eager, so it is the previous assignment)
+        self._owned: list[TopicPartition] = []
+        self._owned_generation = -1
         self.attempt = 0
         backoff = Backoff(settings.retry_backoff, settings.retry_backoff_max)
         self.lookup = CoordinatorLookup(settings.group_id, backoff)
@@ -185,6 +189,7 @@ class Membership:
         """The partitions SyncGroup gave, for the application to install; now STABLE."""
         self._transition(Input.CALL_ASSIGNED, now)
         assignment, self.assignment = self.assignment, []
+        self._owned, self._owned_generation = list(assignment), self.generation
         return assignment
 
     def leave(self, now: float, *, static_too: bool = False) -> None:
@@ -522,7 +527,9 @@ class Membership:
 
     def _send_join(self) -> None:
         settings = self.settings
-        metadata = wire.subscription_bytes(self.topics)
+        metadata = (wire.subscription_bytes(self.topics, owned=self._owned,
+                                            generation=self._owned_generation)
+                    if STICKY in settings.assignors else wire.subscription_bytes(self.topics))
         request = wire.join_group(
             settings.group_id, self.member_id,
             session_timeout_ms=int(settings.session_timeout * 1000),
@@ -557,7 +564,9 @@ class Membership:
             self.attempt))
 
     def _assign(self, joined: Any, counts: Counts) -> dict[str, bytes] | None:
-        subscriptions = {m.member_id: wire.read_subscription(m.metadata) for m in joined.members}
+        members = {m.member_id: wire.read_member_subscription(m.metadata)
+                   for m in joined.members}
+        subscriptions = {member: sub.topics for member, sub in members.items()}
         # JoinGroup v5+ names each static member's group.instance.id; the assignors order by it
         instances = {m.member_id: getattr(m, "group_instance_id", None) for m in joined.members}
         topics = {t for ts in subscriptions.values() for t in ts}
@@ -569,7 +578,9 @@ class Membership:
             raise ProtocolError(f"the coordinator chose assignor {self._protocol!r}, which "
                                 "this member did not offer")
         self._assigned_from = {t: known.get(t, 0) for t in topics}
-        result = assignor(self._assigned_from, subscriptions, instances)
+        claims = {member: Claim(*wire.read_claim(sub, self._protocol))
+                  for member, sub in members.items()}
+        result = assignor(self._assigned_from, subscriptions, instances, claims)
         return {member: wire.assignment_bytes(tps) for member, tps in result.items()}
 
     def _send_leave(self, member_id: str | None = None) -> None:
@@ -717,6 +728,7 @@ class Membership:
             self._step_at = now
         if target is State.UNJOINED:
             self.member_id, self.generation = "", -1
+            self._owned, self._owned_generation = [], -1
 
 
 def join_timeout(settings: Settings) -> float:
