@@ -53,7 +53,7 @@ from typing import Any, Literal
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
-from pyspark.sql.functions import spark_partition_id
+from pyspark.sql.functions import lit, spark_partition_id
 
 from eosclient._core.types import TopicPartition
 from eosclient._processor.topics import partition_count
@@ -67,9 +67,12 @@ from eosclient.spark._driver import recover
 from eosclient.spark._ledger import Ledger, decide, ledger_group
 from eosclient.spark._rows import Layout, Prepare, layout_of
 from eosclient.spark._task import (
+    ARROW_COUNT,
+    ARROW_RESULT,
     PartitionJob,
     SinkSpec,
     TaskResult,
+    count_rows,
     open_producer,
     transaction,
 )
@@ -260,17 +263,33 @@ class ExactlyOnceKafkaSink:
         happen here, before any transaction), then one transaction per partition."""
         cached = df.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            counts = {row[0]: row[1] for row in cached.groupBy(
-                spark_partition_id()).count().collect()}
-            rdd = cached.rdd
-            self._raise_id_count(rdd.getNumPartitions())
-            results: list[TaskResult] = rdd.mapPartitionsWithIndex(
-                self._task(layout, batch_id, counts)).collect()
+            if _is_connect(cached):
+                results = self._partitioned_over_connect(cached, batch_id, layout)
+            else:
+                counts = {row[0]: row[1] for row in cached.groupBy(
+                    spark_partition_id()).count().collect()}
+                rdd = cached.rdd
+                self._raise_id_count(rdd.getNumPartitions())
+                results = rdd.mapPartitionsWithIndex(
+                    self._task(layout, batch_id, counts)).collect()
         finally:
             cached.unpersist()
         return BatchOutcome(batch_id, sum(r.records or 0 for r in results),
                             sum(r.records is not None for r in results),
                             sum(r.records is None for r in results))
+
+    def _partitioned_over_connect(self, cached: DataFrame, batch_id: int, layout: Layout,
+                                  ) -> list[TaskResult]:
+        """Partitioned mode on a Spark Connect DataFrame, which has no ``rdd``: the count and
+        the writing tasks through ``mapInArrow`` (a narrow step, so its tasks are the cached
+        batch's partitions). The count's job runs a task for each partition the writing job
+        will, empty ones included, which gives the number of transactional.ids to record."""
+        counted = cached.select(lit(0).alias("one")).mapInArrow(count_rows, ARROW_COUNT)
+        counts = {row.partition: row.rows for row in counted.collect()}
+        self._raise_id_count(max(counts, default=-1) + 1)
+        job = PartitionJob(self._spec, layout, batch_id, counts)
+        return [TaskResult(row.partition, row.records)
+                for row in cached.mapInArrow(job.arrow, ARROW_RESULT).collect()]
 
     def _task(self, layout: Layout, batch_id: int, counts: dict[int, int],
               ) -> Callable[[int, Iterable[Any]], Iterator[TaskResult]]:
@@ -325,6 +344,12 @@ class ExactlyOnceKafkaSink:
                 client.close()
         self._producer = self._ledger = self._ids = None
         self._started = False
+
+
+def _is_connect(df: DataFrame) -> bool:
+    """Whether ``df`` is a Spark Connect DataFrame (``foreachBatch`` from a Connect client
+    passes one), which has no ``rdd``."""
+    return type(df).__module__.startswith("pyspark.sql.connect.")
 
 
 def _with_partitions(spec: SinkSpec, count: int) -> SinkSpec:

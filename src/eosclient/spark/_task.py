@@ -2,8 +2,10 @@
 
 Both modes run this: atomic mode once per micro-batch on the driver, partitioned mode once per
 Spark partition in each task (:class:`PartitionJob`, which Spark pickles and calls on an
-executor). What travels to an executor is a :class:`SinkSpec`, settings only; each task
-builds its own clients and closes them before it returns.
+executor: through ``rdd.mapPartitionsWithIndex`` on a classic DataFrame, through
+``DataFrame.mapInArrow`` on a Spark Connect one, which has no ``rdd``). What travels to an
+executor is a :class:`SinkSpec`, settings only; each task builds its own clients and closes
+them before it returns.
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ from eosclient._core.types import TopicPartition
 from eosclient.errors import RecordTypeError
 from eosclient.producer import TransactionalProducer
 from eosclient.spark._ledger import Decision, Ledger, decide, ledger_group
-from eosclient.spark._rows import Chunk, Layout, chunks
+from eosclient.spark._rows import Chunk, Layout, arrow_chunks, chunks
 
-__all__ = ["IncompleteInputError", "PartitionJob", "SinkSpec", "TaskResult", "open_producer",
-           "transaction", "write_chunks"]
+__all__ = ["ARROW_COUNT", "ARROW_RESULT", "IncompleteInputError", "PartitionJob", "SinkSpec",
+           "TaskResult", "count_rows", "open_producer", "transaction", "write_chunks"]
 
 log = logging.getLogger("eosclient.spark")
+
+# mapInArrow's output schemas: PartitionJob.arrow's (one row per task), count_rows's.
+ARROW_RESULT = "partition int, records long"
+ARROW_COUNT = "partition int, rows long"
 
 
 class IncompleteInputError(RuntimeError):
@@ -149,18 +155,40 @@ class PartitionJob:
     counts: Mapping[int, int]
 
     def __call__(self, index: int, rows: Iterable[Sequence[Any]]) -> Iterator[TaskResult]:
-        """One task: one transaction of the partition's own transactional.id.
+        """One task (``rdd.mapPartitionsWithIndex``): one transaction of the partition's own
+        transactional.id. Yields one :class:`TaskResult`."""
+        yield self.write(index, chunks(rows, self.layout, self.spec.chunk_size))
+
+    def arrow(self, batches: Iterable[Any]) -> Iterator[Any]:
+        """One task (``DataFrame.mapInArrow``, which Spark Connect has where it has no
+        ``rdd``): the same transaction, fed by the partition's Arrow record batches; the
+        partition comes from the task's context. Yields one Arrow record batch of one row
+        (:data:`ARROW_RESULT`)."""
+        import pyarrow  # noqa: PLC0415 - present wherever mapInArrow runs; not for classic tasks
+        from pyspark import TaskContext  # noqa: PLC0415
+
+        context = TaskContext.get()
+        assert context is not None  # set in every Python worker that runs a task
+        size = self.spec.chunk_size
+        result = self.write(context.partitionId(),
+                            (c for b in batches for c in arrow_chunks(b, self.layout, size)))
+        yield pyarrow.RecordBatch.from_pylist(
+            [{"partition": result.partition, "records": result.records}],
+            schema=pyarrow.schema([("partition", pyarrow.int32()),
+                                   ("records", pyarrow.int64())]))
+
+    def write(self, index: int, rows: Iterable[Chunk]) -> TaskResult:
+        """Partition ``index``'s rows in one transaction of its own transactional.id.
 
         The id comes from the Spark partition, so a retried or speculative attempt of the same
         task fences the earlier one (InitProducerId): the earlier one's open transaction is
-        aborted, its commit refused. Yields one :class:`TaskResult`.
+        aborted, its commit refused.
         """
         spec = self.spec
         producer = open_producer(spec, index)
         ledger = spec.ledger(index)
         try:
-            written = transaction(spec, producer, ledger, batch_id=self.batch_id,
-                                  rows=chunks(rows, self.layout, spec.chunk_size),
+            written = transaction(spec, producer, ledger, batch_id=self.batch_id, rows=rows,
                                   expected=self.counts.get(index, 0))
         finally:
             ledger.close()
@@ -168,4 +196,24 @@ class PartitionJob:
         if written is None:
             log.info("sink %s batch %d partition %d: committed before, skipped",
                      spec.sink_id, self.batch_id, index)
-        yield TaskResult(index, written)
+        return TaskResult(index, written)
+
+
+
+def count_rows(batches: Iterable[Any]) -> Iterator[Any]:
+    """Partitioned mode over Spark Connect, before the writing job: one row (the partition,
+    its row count) per task, from the partition's Arrow record batches (of one small column).
+
+    Without side effects, a count that a failed upstream cut short never arrives: the job
+    fails with its task. Yields one Arrow record batch (:data:`ARROW_COUNT`).
+    """
+    import pyarrow  # noqa: PLC0415 - see PartitionJob.arrow
+    from pyspark import TaskContext  # noqa: PLC0415
+
+    context = TaskContext.get()
+    assert context is not None
+    rows = sum(batch.num_rows for batch in batches)
+    yield pyarrow.RecordBatch.from_pylist(
+        [{"partition": context.partitionId(), "rows": rows}],
+        schema=pyarrow.schema([("partition", pyarrow.int32()), ("rows", pyarrow.int64())]))
+
