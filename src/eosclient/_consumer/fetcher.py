@@ -185,11 +185,21 @@ class Fetcher:
 
     def _send_fetches(self, now: float) -> float:
         timer = float("inf")
-        if self._busy and self._busy.issuperset(self._leaders()):
-            # Every leader has a Fetch in flight: nothing can go out before an answer comes
-            # (and its arrival steps the loop again). The loop steps at every poll; reading
-            # every partition each time was a sixth of the consumer's time at 1,000.
+        quiet_until = self._quiet_until
+        for leader in self._leaders():
+            if leader in self._busy:
+                continue
+            quiet = quiet_until.get(leader, 0.0)
+            if quiet <= now:
+                break
+            timer = min(timer, quiet)
+        else:
+            # Every leader has a Fetch in flight or is paused after empty answers: nothing
+            # can go out before an answer comes (its arrival steps the loop again) or the
+            # pause ends. The loop steps at every poll; reading every partition each time
+            # was a sixth of the consumer's time at 1,000.
             return timer
+        timer = float("inf")
         bound = self._assignment.max_partition_bytes
         by_node: dict[int, list[PartitionState]] = {}
         for state in self._assignment:
