@@ -53,6 +53,8 @@ _PREFIX: Final = struct.Struct(">qi")  # base offset and length: every format st
 _LOG_OVERHEAD: Final = 12
 _MAGIC_AT: Final = 16
 _CRC_FROM: Final = 21  # the CRC covers the attributes onwards
+_CRC_AT: Final = 17
+_CRC: Final = struct.Struct(">I")
 _CONTROL_KEY: Final = struct.Struct(">hh")  # version, type
 _BAD_CRC: Final = (
     "record batch fails its CRC-32C check: corrupt in transit or on the broker's disk. A broker "
@@ -819,9 +821,10 @@ def decode_batches(data: bytes | bytearray | memoryview | None, tp: TopicPartiti
         if end > size:
             partial = end - pos
             break  # the partial batch a Fetch may end with (KIP-74)
-        _check_frame(data, pos, last, tp)
+        if length < _HEADER.size - _LOG_OVERHEAD or data[pos + _MAGIC_AT] != 2 or base <= last:
+            _check_frame(data, pos, last, tp)  # raises the error that fits
         if check_crcs and calc_crc32c(view[pos + _CRC_FROM:end]) != \
-                _HEADER.unpack_from(data, pos)[4]:
+                _CRC.unpack_from(data, pos + _CRC_AT)[0]:
             raise CorruptRecordError(_BAD_CRC, topic=tp.topic, partition=tp.partition,
                                      offset=base)
         batch = RecordBatch(tp, data, pos, end, max_decompressed)
