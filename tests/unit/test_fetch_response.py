@@ -91,6 +91,25 @@ def test_tagged_fields_in_index_entries_are_stepped_over() -> None:
     assert part.records == b"r"
 
 
+def test_the_current_leader_is_read_and_other_tagged_fields_stepped_over() -> None:
+    # KIP-951: a node that does not lead a partition names the leader (the cluster front's
+    # tests read it from a refused Fetch).
+    leader = PARTITION.fields["current_leader"].data_class
+    diverging = PARTITION.fields["diverging_epoch"].data_class
+    frame_ = encoded(12, [("t", [
+        partition(0, records=b"", current_leader=leader(leader_id=3, leader_epoch=9),
+                  diverging_epoch=diverging(epoch=4, end_offset=70)),
+        partition(1, records=b"r")])])
+    mine = fetch_response.read(frame_, 12)
+    theirs = RESPONSE.decode(frame_, version=12, header=True)
+    assert mine is not None and mine.responses is not None
+    first, second = mine.responses[0].partitions or []
+    assert first.current_leader == (3, 9) == (theirs.responses[0].partitions[0].current_leader
+                                              .leader_id, 9)
+    assert second.current_leader is None and second.records == b"r"
+    assert plain(mine) == plain(theirs)
+
+
 def test_versions_it_does_not_read_are_left_to_kafka_python() -> None:
     assert fetch_response.read(b"\x00" * 8, fetch_response.MAX_VERSION + 1) is None
 

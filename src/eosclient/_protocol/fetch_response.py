@@ -22,9 +22,9 @@ Layout (FetchResponse.json): ``throttle_time_ms`` (v1+), ``error_code`` and ``se
 ``aborted_transactions`` array of (``producer_id``, ``first_offset``), ``preferred_read_replica``
 (v11+) and the nullable ``records`` bytes. From v12 (flexible versions, KIP-482) arrays, strings
 and bytes carry an unsigned varint length plus one (0: null), and every structure ends with its
-tagged fields (a varint count, then tag, size and bytes per field), the response header too; a
-partition's tagged fields (``diverging_epoch``, ``current_leader``, ``snapshot_id``) are stepped
-over, as the consumer reads none of them.
+tagged fields (a varint count, then tag, size and bytes per field), the response header too; of
+a partition's tagged fields ``current_leader`` (KIP-951) is read, ``diverging_epoch`` and
+``snapshot_id`` are stepped over (nothing here reads them).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import struct
 from typing import Final, NamedTuple
 
 __all__ = ["MAX_VERSION", "MIN_VERSION", "AbortedTransaction", "FetchResponse", "FetchedPartition",
-           "FetchedTopic", "read"]
+           "FetchedTopic", "LeaderIdAndEpoch", "read"]
 
 MIN_VERSION: Final = 4
 MAX_VERSION: Final = 12
@@ -47,6 +47,8 @@ _PART_V4: Final = struct.Struct(">ihqq")  # partition, error, high watermark, LS
 _PART_V5: Final = struct.Struct(">ihqqq")  # ... and log start offset
 _ENTRY: Final = struct.Struct(">qq")  # producer_id, first_offset
 _ENTRY_TAGGED: Final = struct.Struct(">qqB")  # ... and an empty tagged-fields count (v12)
+_LEADER: Final = struct.Struct(">ii")  # current_leader: leader id, leader epoch
+_CURRENT_LEADER: Final = 1  # its tag
 
 
 class AbortedTransaction(NamedTuple):
@@ -54,6 +56,14 @@ class AbortedTransaction(NamedTuple):
 
     producer_id: int
     first_offset: int
+
+
+class LeaderIdAndEpoch(NamedTuple):
+    """A partition's ``current_leader`` (KIP-951, v12+ tag 1): named where a node that does
+    not lead it refuses a Fetch."""
+
+    leader_id: int
+    leader_epoch: int
 
 
 class FetchedPartition:
@@ -67,11 +77,12 @@ class FetchedPartition:
         log_start_offset: Its log start offset (-1 before v5).
         preferred_read_replica: The replica to fetch from (-1: the leader; before v11 always).
         records: Its record batches' bytes, or None.
+        current_leader: The leader a node that is not it names (v12+, KIP-951), or None.
     """
 
-    __slots__ = ("_buf", "_count", "_decoded", "_start", "_stride", "error_code",
-                 "high_watermark", "last_stable_offset", "log_start_offset", "partition_index",
-                 "preferred_read_replica", "records")
+    __slots__ = ("_buf", "_count", "_decoded", "_start", "_stride", "current_leader",
+                 "error_code", "high_watermark", "last_stable_offset", "log_start_offset",
+                 "partition_index", "preferred_read_replica", "records")
 
     def __init__(self, partition_index: int, error_code: int,  # noqa: PLR0917 - the fields
                  high_watermark: int, last_stable_offset: int, log_start_offset: int,
@@ -83,6 +94,7 @@ class FetchedPartition:
         self.log_start_offset = log_start_offset
         self.preferred_read_replica = preferred_read_replica
         self.records = records
+        self.current_leader: LeaderIdAndEpoch | None = None
         self._buf = b""
         self._start = self._count = self._stride = 0
         self._decoded: list[AbortedTransaction] | None = None
@@ -206,11 +218,11 @@ class _Reader:
             (replica,) = _I32.unpack_from(buf, self.pos)
             self.pos += _I32.size
         records = self.bytes()
-        if self.flexible:
-            self.skip_tags()
+        leader = self.partition_tags() if self.flexible else None
         if self.pos > len(buf):
             raise ValueError("a Fetch answer's partition runs past its end")
         part = FetchedPartition(index, error, hw, lso, log_start, replica, records)
+        part.current_leader = leader
         if decoded is not None:
             part._decoded = decoded
         else:
@@ -218,6 +230,17 @@ class _Reader:
         if count < 0:
             part._count = -1
         return part
+
+    def partition_tags(self) -> LeaderIdAndEpoch | None:
+        """Step over a partition's tagged fields; its ``current_leader`` (tag 1), if sent."""
+        leader = None
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            size = self.uvarint()
+            if tag == _CURRENT_LEADER:
+                leader = LeaderIdAndEpoch(*_LEADER.unpack_from(self.buf, self.pos))
+            self.pos += size
+        return leader
 
     def tagged_entries(self, count: int) -> list[AbortedTransaction]:
         out = []
