@@ -132,12 +132,21 @@ class ReadyQueue:
         decoded, failure = _decode(records, self.tp, self.max_batch_bytes, self.check_crcs)
         if failure is None and decoded.truncated_bytes and not decoded.batches:
             failure = self._lying_length(records, decoded.partial_size, room)
-        batches = [b for b in decoded.batches if b.last_offset >= self.next_fetch]
+        # The batches' offsets ascend (decode_batches checks it): the ones already taken in are
+        # a head, the ones at or past the LSO a tail; found from each end, not by a pass each.
+        batches = decoded.batches
+        first, end = 0, len(batches)
+        while first < end and batches[first].last_offset < self.next_fetch:
+            first += 1
         lso = data.last_stable_offset
         if self.filter.isolation is Isolation.READ_COMMITTED and lso is not None and lso >= 0:
-            cut = next((i for i, b in enumerate(batches) if b.last_offset >= lso), None)
-            if cut is not None:  # the filter would stop there; fetched again once the LSO moves
-                batches, failure = batches[:cut], None
+            cut = end
+            while cut > first and batches[cut - 1].last_offset >= lso:
+                cut -= 1
+            if cut < end:  # the filter would stop there; fetched again once the LSO moves
+                end, failure = cut, None
+        if first or end < len(batches):
+            batches = batches[first:end]
         if not batches and failure is None:
             return bool(decoded.truncated_bytes and not decoded.batches)
         nbytes = sum(b.size_in_bytes for b in batches)
