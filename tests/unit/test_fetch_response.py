@@ -153,3 +153,16 @@ def test_generated_answers_read_alike(version: int,
     frame_ = encoded(version, topics)
     mine = fetch_response.read(frame_, version)
     assert plain(mine) == plain(RESPONSE.decode(frame_, version=version, header=True))
+
+
+def test_only_partitions_without_records_keep_their_index_undecoded() -> None:
+    # A partition with records waits in the consumer until poll() takes it in: with its index
+    # left undecoded it kept the whole answer's bytes (65 MB at 1,000 partitions) alive.
+    frame_ = encoded(12, [("t", [partition(0, records=b"r", aborted=[(1, 2)]),
+                                 partition(1, records=b"", aborted=[(1, 2)])])])
+    mine = fetch_response.read(frame_, 12)
+    assert mine is not None and mine.responses is not None
+    full, empty = mine.responses[0].partitions or []
+    assert full._buf == b"" and full._decoded == [(1, 2)]
+    assert empty._buf is frame_ and empty._decoded is None
+    assert empty.aborted_transactions == [(1, 2)] and empty._buf == b""

@@ -5,11 +5,12 @@ what the answer lists, and a read_committed Fetch answer lists, for every partit
 the broker's aborted transactions. noida-db lists every abort the partition ever had (Kafka only
 those that reach into the range fetched), and it does so for partitions with no records too; a
 consumer of 1,000 partitions of a topic with 200 aborted transactions then read 200,000 index
-entries per answer, one Python object each, and that was 80 % of its time. Here a partition
-costs one ``struct`` read of its fixed fields, its index is stepped over (one slice check per
-partition, not a loop per entry) and made into :class:`AbortedTransaction` tuples only when
-asked for (:attr:`FetchedPartition.aborted_transactions`), which the consumer does only for a
-partition whose records it takes in.
+entries per answer, one Python object each, most of its time. Here a partition costs one
+``struct`` read of its fixed fields, and the index of a partition without records is stepped
+over (one slice check, not a loop per entry) and made into :class:`AbortedTransaction` tuples
+only if asked for (:attr:`FetchedPartition.aborted_transactions`). A partition with records,
+whose index the consumer reads when it takes them in, has it read at once, so that it does not
+keep the whole answer's bytes alive until then.
 
 The objects read like kafka-python's (``response.responses[i].partitions[j].records`` and the
 rest), so that code reading answers takes either; the tests cross-check this reader against
@@ -227,6 +228,8 @@ class _Reader:
             part._decoded = decoded
         else:
             part._buf, part._start, part._count, part._stride = buf, start, count, stride
+            if records:  # read now: held until poll() takes it in, it would keep the answer
+                part.aborted_transactions  # noqa: B018 - decoded (and the bytes let go) on access
         if count < 0:
             part._count = -1
         return part
