@@ -32,6 +32,7 @@ LIMIT = 100_000_000
 class FakeMetadata:
     def __init__(self) -> None:
         self.epochs: dict[TP, int] = {}
+        self.version = 1
 
     def leader(self, tp: TP) -> int:
         return NODE
@@ -229,3 +230,29 @@ def test_a_fetch_names_each_partitions_leader_epoch() -> None:
     [request] = [r for r, _ in client.sent]
     epochs = {p.partition: p.current_leader_epoch for t in request.topics for p in t.partitions}
     assert epochs == {0: 4, 1: -1}
+
+
+def test_a_step_with_every_leaders_fetch_in_flight_reads_no_partition() -> None:
+    # The loop steps at every poll(); each step read every partition's state to find none
+    # fetchable while the one leader's Fetch was out: a sixth of the time at 1,000 partitions.
+    fetcher, client, assignment = setup(50)
+    fetcher.step(0.0)
+    assert len(client.sent) == 1
+    read: list[TP] = []
+
+    def spy(state: Any) -> Callable[..., bool]:
+        fetchable = state.fetchable
+
+        def read_one(*args: Any) -> bool:
+            read.append(state.tp)
+            return bool(fetchable(*args))
+        return read_one
+
+    for state in assignment:
+        state.fetchable = spy(state)  # type: ignore[method-assign]
+    fetcher.step(0.0)
+    assert read == [] and len(client.sent) == 1
+    request, on_done = client.sent[-1]
+    on_done(Answer(request, SimpleNamespace(error_code=0, responses=[]), None, NODE, on_done))
+    fetcher.step(1.0)  # answered: every partition is read, and fetched again
+    assert len(read) == 50 and len(client.sent) == 2

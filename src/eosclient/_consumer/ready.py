@@ -2,11 +2,14 @@
 
 A Fetch answer is checked (framing, and CRC-32C under ``check.crcs``) when ``poll()`` takes it in,
 but its batches are fed to the partition's :class:`~eosclient._core.isolation.PartitionFilter`
-only as records are asked for, one batch at a time (to the filter, each is a Fetch answer of one
-batch), and what the filter releases becomes :class:`ConsumerRecord` objects right away. So a
-``poll()`` decodes about what it returns, and the records it creates die young: decoding a whole
-answer ahead kept tens of thousands of them alive into the garbage collector's older
-generations, and full collections became the consumer's biggest cost.
+only as records are asked for, a run of batches at a time holding about the records asked for
+(markers count for none), and what the filter releases becomes :class:`ConsumerRecord` objects
+right away. So a ``poll()`` decodes about what it returns, and the records it creates die young:
+decoding a whole answer ahead kept tens of thousands of them alive into the garbage collector's
+older generations, and full collections became the consumer's biggest cost. (A run rather than
+one batch per call: where batches are small, one record each when a producer spreads a
+transaction over 1,000 partitions, each with its marker, a call per batch was a third of the
+consumer's time.)
 
 Feeding later than fetching asks for care in three places (and :meth:`ReadyQueue.take` runs on
 the application's thread outside the consumer's lock: it touches only what the I/O thread never
@@ -17,7 +20,7 @@ reads, and leaves what it does read, where to fetch next, to the caller under th
   would stop before them; read_committed), so the next Fetch asks for them again.
 * **The filter may rewind** (after scanning for markers past ``max_held_bytes``, it goes back to
   the first batch it dropped): what is queued behind that point is then forgotten, and
-  :meth:`ReadyQueue.feed_one` says so, for the caller to drop any Fetch already under way.
+  :meth:`ReadyQueue.feed` says so, for the caller to drop any Fetch already under way.
 * **An error in an answer** (a corrupt batch) is queued behind the good batches before it, so
   they are delivered first; the partition is not fetched further meanwhile.
 """
@@ -49,11 +52,12 @@ _PREFIX: Final = struct.Struct(">qi")  # a record batch's base offset and length
 class _Answer:
     """The batches of one Fetch answer not yet fed, and what the filter needs with them."""
 
-    __slots__ = ("batches", "failure", "index", "lso", "nbytes", "trust")
+    __slots__ = ("at", "batches", "failure", "index", "lso", "nbytes", "trust")
 
     def __init__(self, batches: list[RecordBatch], *, lso: int, index: Sequence[Any] | None,
                  trust: IndexTrust, failure: EosError | None, nbytes: int) -> None:
-        self.batches = deque(batches)
+        self.batches = batches
+        self.at = 0  # batches[at:] are not fed yet
         self.lso = lso
         self.index = index
         self.trust = trust
@@ -128,12 +132,21 @@ class ReadyQueue:
         decoded, failure = _decode(records, self.tp, self.max_batch_bytes, self.check_crcs)
         if failure is None and decoded.truncated_bytes and not decoded.batches:
             failure = self._lying_length(records, decoded.partial_size, room)
-        batches = [b for b in decoded.batches if b.last_offset >= self.next_fetch]
+        # The batches' offsets ascend (decode_batches checks it): the ones already taken in are
+        # a head, the ones at or past the LSO a tail; found from each end, not by a pass each.
+        batches = decoded.batches
+        first, end = 0, len(batches)
+        while first < end and batches[first].last_offset < self.next_fetch:
+            first += 1
         lso = data.last_stable_offset
         if self.filter.isolation is Isolation.READ_COMMITTED and lso is not None and lso >= 0:
-            cut = next((i for i, b in enumerate(batches) if b.last_offset >= lso), None)
-            if cut is not None:  # the filter would stop there; fetched again once the LSO moves
-                batches, failure = batches[:cut], None
+            cut = end
+            while cut > first and batches[cut - 1].last_offset >= lso:
+                cut -= 1
+            if cut < end:  # the filter would stop there; fetched again once the LSO moves
+                end, failure = cut, None
+        if first or end < len(batches):
+            batches = batches[first:end]
         if not batches and failure is None:
             return bool(decoded.truncated_bytes and not decoded.batches)
         nbytes = sum(b.size_in_bytes for b in batches)
@@ -179,7 +192,7 @@ class ReadyQueue:
 
     def _take(self, limit: int, emit: Callable[[RecordColumns, int, int], object], *,
               records: bool) -> tuple[bool, EosError | None]:
-        rewound = False
+        rewound, error = False, None
         while limit > 0:
             released = self._released
             if self._pos < len(released):
@@ -188,46 +201,55 @@ class ReadyQueue:
                 limit -= end - self._pos
                 self._pos = end
                 continue
-            if not self._answers:
+            if not self._answers or error is not None:
                 break
-            went_back, error = self.feed_one(records=records)
-            rewound |= went_back
-            if error is not None:
-                return rewound, error
-        return rewound, None
+            went_back, error = self.feed(limit, records=records)
+            rewound |= went_back  # (an error: the records released before it go first)
+        return rewound, error
 
-    def feed_one(self, *, records: bool = True) -> tuple[bool, EosError | None]:
-        """Feed the oldest queued batch to the filter and check what it releases (making its
-        records too if ``records``: see ``RecordBatch.columns``); (rewound, error) as
-        :meth:`take`."""
+    def feed(self, room: int = 1, *, records: bool = True) -> tuple[bool, EosError | None]:
+        """Feed the oldest queued batches holding about ``room`` records (at least one batch)
+        to the filter and check what it releases (making its records too if ``records``: see
+        ``RecordBatch.columns``); (rewound, error) as :meth:`take`."""
         answer = self._answers[0]
-        if not answer.batches:
+        batches, at = answer.batches, answer.at
+        if at == len(batches):
             self._answers.popleft()
             self.nbytes -= answer.nbytes
             self.blocked = False
             return False, answer.failure
-        batch = answer.batches.popleft()
-        if not answer.batches and answer.failure is None:
+        end, count = at, 0
+        while end < len(batches) and count < room:
+            batch = batches[end]
+            end += 1
+            if not batch.is_control:
+                count += batch.record_count
+        answer.at = end
+        if end == len(batches) and answer.failure is None:
             self._answers.popleft()
             self.nbytes -= answer.nbytes
         filt = self.filter
-        before, fetched = filt.position, filt.fetch_offset
         filt.trust = answer.trust
         if self._pos:  # drop the rows delivered (nothing is fed while rows wait, but be safe)
             rest = RecordColumns(*self.tp)
             rest.extend(self._released, self._pos)
             self._released, self._pos = rest, 0
-        waiting = len(self._released)
-        try:
-            for released, start in filt.release((batch,), last_stable_offset=answer.lso,
-                                                aborted_transactions=answer.index):
-                released.columns(self._released, start, records=records)
-        except EosError as exc:  # its records do not parse (its CRC matched)
-            filt.seek(before)
-            self._released.truncate(waiting)  # none of this feed's records is delivered
-            self._drop_queued()
-            return True, exc
-        if filt.fetch_offset < fetched:  # the scan for markers is over: it rewound
+        released = filt.release(batches[at:end], last_stable_offset=answer.lso,
+                                aborted_transactions=answer.index)
+        into = self._released
+        for batch, start in released:
+            waiting = len(into)
+            try:
+                batch.columns(into, start, records=records)
+            except EosError as exc:  # its records do not parse (its CRC matched)
+                # Every batch before it is resolved (the filter releases in offset order), so
+                # the filter starts again at this one; the ones released before it stand.
+                filt.seek(start)
+                into.truncate(waiting)
+                self._drop_queued()
+                return True, exc
+        if filt.fetch_offset <= batches[end - 1].last_offset:  # it stopped short: it rewound
+            # (the scan for markers is over: it went back to the first batch it dropped)
             self._drop_queued()
             return True, None
         return False, None

@@ -54,6 +54,8 @@ _PREFIX: Final = struct.Struct(">qi")  # base offset and length: every format st
 _LOG_OVERHEAD: Final = 12
 _MAGIC_AT: Final = 16
 _CRC_FROM: Final = 21  # the CRC covers the attributes onwards
+_CRC_AT: Final = 17
+_CRC: Final = struct.Struct(">I")
 _CONTROL_KEY: Final = struct.Struct(">hh")  # version, type
 _BAD_CRC: Final = (
     "record batch fails its CRC-32C check: corrupt in transit or on the broker's disk. A broker "
@@ -655,14 +657,19 @@ class RecordBatch:
         return data, 0, len(data)
 
     def _read_marker(self) -> ControlType:
-        records = self.records()
-        if not records:
+        if self.record_count <= 0:
             return ControlType.UNKNOWN  # Java skips an empty control batch too
-        key = records[0].key
+        if self.compression:  # (Kafka never compresses markers)
+            key = self.records()[0].key
+        else:  # the key alone: a marker per transaction and partition, records made cost 3x
+            try:
+                key = _control_key(self._buf, self._start, self._end)
+            except (IndexError, ValueError) as exc:
+                raise self._corrupt(f"records do not parse: {exc}") from exc
         if key is None or len(key) < _CONTROL_KEY.size:
             raise self._corrupt(f"control record key {key!r} is not (version, type)")
         _, kind = _CONTROL_KEY.unpack_from(key)
-        return ControlType(kind) if kind in (0, 1) else ControlType.UNKNOWN
+        return _MARKERS.get(kind, ControlType.UNKNOWN)
 
     def _where(self) -> str:
         return f"{self.tp.topic}-{self.tp.partition} at offset {self.base_offset}"
@@ -670,6 +677,23 @@ class RecordBatch:
     def _corrupt(self, message: str) -> CorruptRecordError:
         return CorruptRecordError(message, topic=self.tp.topic, partition=self.tp.partition,
                                   offset=self.base_offset)
+
+
+_MARKERS: Final = {0: ControlType.ABORT, 1: ControlType.COMMIT}
+
+
+def _control_key(buf: bytes, pos: int, end: int) -> bytes | None:
+    """The key of the first record of an uncompressed payload at ``pos``..``end``."""
+    _, pos = _uvarint(buf, pos)  # its length
+    _, pos = _uvarint(buf, pos + 1)  # the timestamp delta, after the attributes byte
+    _, pos = _uvarint(buf, pos)  # the offset delta
+    n, pos = _uvarint(buf, pos)
+    size = (n >> 1) ^ -(n & 1)
+    if size < 0:
+        return None
+    if pos + size > end:
+        raise IndexError("the key runs past the batch")
+    return buf[pos:pos + size]
 
 
 class _TooLargeError(ValueError):
@@ -803,9 +827,10 @@ def decode_batches(data: bytes | bytearray | memoryview | None, tp: TopicPartiti
         if end > size:
             partial = end - pos
             break  # the partial batch a Fetch may end with (KIP-74)
-        _check_frame(data, pos, last, tp)
+        if length < _HEADER.size - _LOG_OVERHEAD or data[pos + _MAGIC_AT] != 2 or base <= last:
+            _check_frame(data, pos, last, tp)  # raises the error that fits
         if check_crcs and calc_crc32c(view[pos + _CRC_FROM:end]) != \
-                _HEADER.unpack_from(data, pos)[4]:
+                _CRC.unpack_from(data, pos + _CRC_AT)[0]:
             raise CorruptRecordError(_BAD_CRC, topic=tp.topic, partition=tp.partition,
                                      offset=base)
         batch = RecordBatch(tp, data, pos, end, max_decompressed)

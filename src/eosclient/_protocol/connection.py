@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from eosclient._protocol import fetch_response
 from eosclient._protocol.apis import Api, api_for
 from eosclient._protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
 from eosclient._protocol.versions import VersionTable, negotiate
@@ -160,7 +161,12 @@ class Connection:
             )
         self._pending.popleft()
         try:
-            response = pending.api.response.decode(frame, version=pending.version, header=True)
+            response = None
+            if pending.api.key == ApiKey.FETCH:  # read by its own reader: fetch_response.py
+                response = fetch_response.read(frame, pending.version)
+            if response is None:
+                response = pending.api.response.decode(frame, version=pending.version,
+                                                       header=True)
         except Exception as exc:
             response = _unreadable_unsupported_version(pending, frame)
             if response is None:
