@@ -227,7 +227,7 @@ def test_a_held_join_that_times_out_is_sent_again_under_the_same_member_id(
     assert m.poll(5.0, counts) == m.poll(10.0, counts) == []  # the driver runs meanwhile
     with caplog.at_level(logging.INFO, logger="eosclient.consumer"):
         m.on_failure(held, KafkaTimeoutError("no answer within 15 s"), 15.0)
-    assert "no answer to JoinGroup (no answer within 15 s): sending it again" in caplog.text
+    assert "no answer to JoinGroup (no answer within 15 s): joining again" in caplog.text
     assert m.state is State.JOINING and m.member_id == "m1"
     found(m, 15.0)
     again = one(m.poll(16.0, counts), "join")

@@ -309,7 +309,7 @@ class Membership:
             self._heartbeat_in_flight = False
             self._heartbeat_at = now + self.settings.retry_backoff
         elif sent.attempt == self.attempt and sent.kind in ("join", "sync"):
-            log.info("group %r: no answer to %s (%s): sending it again", self.settings.group_id,
+            log.info("group %r: no answer to %s (%s): joining again", self.settings.group_id,
                      "JoinGroup" if sent.kind == "join" else "SyncGroup", error)
             self._waiting = False
             self._rejoin(now, at_once=False)
