@@ -56,7 +56,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -66,7 +66,8 @@ from eosclient._extras import install_extra
 from eosclient._process import die_with_parent
 from eosclient.testing.brokers import LOOPBACK
 
-__all__ = ["Executor", "SparkCluster", "SparkClusterError", "spark_home", "start_spark_cluster"]
+__all__ = ["Executor", "SparkCluster", "SparkClusterError", "spark_home", "start_spark_cluster",
+           "stop_groups"]
 
 EXECUTOR_CLASS: Final = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 _MASTER_CLASS: Final = "org.apache.spark.deploy.master.Master"
@@ -324,17 +325,8 @@ class SparkCluster:
         """
         _running.discard(self)
         daemons = [*self._workers, *([self._master] if self._master else [])]
-        below = _descendants({d.proc.pid for d in daemons})
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for daemon in daemons:
-                _signal_group(daemon.proc.pid, sig)
-            for pid in below:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-            if _wait_gone(daemons, below, timeout):
-                break
-        else:
-            left = [p for p in below if _alive(p)] + [d.proc.pid for d in daemons if d.running]
+        left = stop_groups([d.proc for d in daemons], timeout)
+        if left:
             raise SparkClusterError(f"processes left after SIGKILL: {left}")
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
@@ -524,12 +516,29 @@ def _alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
-def _wait_gone(daemons: list[_Daemon], pids: set[int], timeout: float) -> bool:
+def stop_groups(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> list[int]:
+    """Stop child processes that lead process groups of their own, and everything below them:
+    SIGTERM to each group and to the processes found below (Spark's Python daemons lead groups
+    of their own), SIGKILL to whatever is left after ``timeout`` seconds. Returns the pids
+    still alive after that (empty: all gone)."""
+    below = _descendants({proc.pid for proc in procs})
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for proc in procs:
+            _signal_group(proc.pid, sig)
+        for pid in below:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        if _wait_gone(procs, below, timeout):
+            return []
+    return [p for p in below if _alive(p)] + [p.pid for p in procs if p.poll() is None]
+
+
+def _wait_gone(procs: Sequence[subprocess.Popen[bytes]], pids: set[int],
+               timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while True:
-        for daemon in daemons:
-            daemon.proc.poll()  # reaps it once it exited
-        if not any(d.running for d in daemons) and not any(_alive(p) for p in pids):
+        # poll() reaps each once it exited
+        if all(proc.poll() is not None for proc in procs) and not any(_alive(p) for p in pids):
             return True
         if time.monotonic() >= deadline:
             return False

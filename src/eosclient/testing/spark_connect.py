@@ -47,7 +47,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -63,10 +62,8 @@ from eosclient.testing.brokers import LOOPBACK
 from eosclient.testing.spark_cluster import (
     SparkCluster,
     SparkClusterError,
-    _alive,
-    _descendants,
-    _signal_group,
     spark_home,
+    stop_groups,
 )
 
 __all__ = ["CONNECT_SERVER_CLASS", "SERVER_NAME", "SparkConnectError", "SparkConnectServer",
@@ -137,18 +134,8 @@ class SparkConnectServer:
         """
         _running.discard(self)
         proc = self._proc
-        if proc is not None:
-            below = _descendants({proc.pid})
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                _signal_group(proc.pid, sig)
-                for pid in below:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, sig)
-                if _wait_gone(proc, below, timeout):
-                    break
-            else:
-                left = [p for p in below if _alive(p)] + ([proc.pid] if self.running else [])
-                raise SparkConnectError(f"processes left after SIGKILL: {left}")
+        if proc is not None and (left := stop_groups([proc], timeout)):
+            raise SparkConnectError(f"processes left after SIGKILL: {left}")
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
@@ -249,17 +236,6 @@ def start_connect_server(*, cluster: SparkCluster | None = None,
             server.stop()
         raise
     return server
-
-
-def _wait_gone(proc: subprocess.Popen[bytes], pids: set[int], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        proc.poll()  # reaps it once it exited
-        if proc.returncode is not None and not any(_alive(p) for p in pids):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(_POLL_INTERVAL)
 
 
 @atexit.register
