@@ -42,7 +42,7 @@ from functools import partial
 from typing import Any, Final
 
 from eosclient._consumer import protocol as wire
-from eosclient._consumer.lookups import Ends, OffsetQuery, Step
+from eosclient._consumer.lookups import OffsetQuery, Step, Watermarks
 from eosclient._consumer.loop import UNCHANGED, IoLoop
 from eosclient._consumer.partitions import (
     Assignment,
@@ -139,35 +139,37 @@ class Fetcher:
         self.queries.append(query)
         return query
 
-    def ends(self, tp: TopicPartition, loop: IoLoop, deadline: float,
-             check: Callable[[], None]) -> Steps[Ends]:
-        """Where ``tp`` begins and ends now (steps run under the lock).
+    def ends(self, tps: list[TopicPartition], loop: IoLoop, deadline: float,
+             check: Callable[[], None]) -> Steps[dict[TopicPartition, Watermarks]]:
+        """Where each of ``tps`` begins and ends now, asked of their leaders at once (one
+        request per leader, not one per partition; steps run under the lock).
 
         Raises:
             KafkaTimeoutError: no answer by ``deadline``.
-            EosError: the leader's error; the metadata says the topic or partition is missing.
+            EosError: the leader's error; the metadata says a topic or partition is missing.
         """
-        self._metadata.want((tp.topic,))
-        query = self.query([tp], want_end=True)
+        self._metadata.want({tp.topic for tp in tps})
+        query = self.query(tps, want_end=True)
+        what = (f"the end offsets of {tps[0]}" if len(tps) == 1 else
+                f"the end offsets of {len(tps)} partitions")
         try:
-            yield from wait_until(loop, lambda: query.done, deadline,
-                                  f"the end offsets of {tp}", lambda: self.check_ends(tp, check),
-                                  unchanged=UNCHANGED)
+            yield from wait_until(loop, lambda: query.done, deadline, what,
+                                  lambda: self.check_ends(tps, check), unchanged=UNCHANGED)
         finally:
             self.queries.remove(query)
         if query.error is not None:
             raise query.error
-        return query.results[tp]
+        return query.results
 
-    def check_ends(self, tp: TopicPartition, check: Callable[[], None]) -> None:
-        """What ends a wait for ``tp``'s end offsets early: ``check()``, or the metadata
-        saying the topic or partition is missing.
+    def check_ends(self, tps: list[TopicPartition], check: Callable[[], None]) -> None:
+        """What ends a wait for end offsets early: ``check()``, or the metadata saying a
+        topic or partition of ``tps`` is missing.
 
         Raises:
             EosError: either of them.
         """
         check()
-        error = missing([tp], self._metadata)
+        error = missing(tps, self._metadata)
         if error is not None:
             raise error
 
