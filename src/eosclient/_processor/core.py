@@ -316,7 +316,11 @@ class ProcessorCore:
         txn = self._txn
         if txn is None:
             return
-        yield from self._secured()  # offsets are written in order: the last ones first
+        # Offsets are written in order, the last plain commit answered first. Not later (before
+        # EndTxn, say): Kafka applies a transaction's offsets at its marker only where no
+        # offset record came after its TxnOffsetCommit's in the offsets log, so a plain commit
+        # of the older offsets that lands after it would win, and the group go back.
+        yield from self._secured()
         if txn.offsets:
             metadata = yield Io("consumer", "group_metadata")
             yield Io("producer", "send_offsets_to_transaction", (txn.offsets, metadata))
