@@ -354,11 +354,7 @@ class ReadCommittedConsumer(Generic[KeyT, ValueT]):
 
     def last_stable_offset(self, partition: TopicPartition, timeout: float | None = None) -> int:
         """The partition's last stable offset now (asked of its leader with a Fetch; for
-        many partitions, :meth:`watermarks` asks once).
-
-        Raises:
-            As :meth:`watermarks`.
-        """
+        many partitions, :meth:`watermarks` asks once). Raises as :meth:`watermarks`."""
         tp = args.partition_of(partition)
         return self._run(self._session.ends([tp], timeout))[tp].last_stable_offset
 
