@@ -92,7 +92,10 @@ def _ck_producer(servers: str, topic: str, n: int) -> tuple[Any, Callable[[], No
     producer.begin_transaction()
     producer.produce(topic, b"x", partition=0)
     producer.commit_transaction(_TIMEOUT)
-    return producer, lambda: None if producer.flush(_TIMEOUT) else None  # freed when dropped
+
+    def close() -> None:  # confluent-kafka's producer has no close(): freed when dropped
+        producer.flush(_TIMEOUT)
+    return producer, close
 
 
 def _kp_producer(servers: str, topic: str, n: int) -> tuple[Any, Callable[[], None]]:
