@@ -2,7 +2,10 @@
 
 Runs under the consumer's lock, on the I/O thread, once per loop step. Per leader, at most one
 Fetch is in flight, carrying every partition that is fetchable (:meth:`PartitionState.fetchable`:
-positioned, nothing waiting to be fed, ready buffer under ``max.partition.fetch.bytes``). Its
+positioned, nothing waiting to be fed, ready buffer under ``max.partition.fetch.bytes``), while
+what waits for ``poll()`` in all (every partition's ready buffer and unread answer) is under
+``queued.max.messages.kbytes`` (librdkafka's bound: without it, a consumer of 1,000 partitions
+whose application falls behind holds up to 1,000 times ``max.partition.fetch.bytes``). Its
 answer is left on each partition as a :class:`CompletedFetch` for ``poll()`` to decode and filter
 on the application's thread, and the partition is fetched again as soon as ``poll()`` has taken
 it in: the next response is on its way while the application works through the previous one.
@@ -122,6 +125,7 @@ class Fetcher:
         self._quiet_until: dict[int, float] = {}
         self._empty: dict[int, int] = {}  # node -> empty answers in a row, not held by it
         self._max_pause = min(self._max_wait, _EMPTY_PAUSE_MAX)
+        self._queue_cap = config.queued_max_messages_kbytes * 1024
         self.caps: dict[int, Cap] = {}  # node -> what it is asked for at most (module docstring)
         self._fits: dict[int, int] = {}  # node -> answers with data read in a row under its cap
         self._turns: dict[int, int] = {}  # node -> where its next capped Fetch starts
@@ -204,7 +208,9 @@ class Fetcher:
         timer = float("inf")
         bound = self._assignment.max_partition_bytes
         by_node: dict[int, list[PartitionState]] = {}
+        queued = 0  # what waits for poll(), all partitions together
         for state in self._assignment:
+            queued += state.queued_bytes
             if not state.fetchable(now, bound):
                 if state.phase is Phase.FETCHING and state.retry_at > now:
                     timer = min(timer, state.retry_at)
@@ -217,8 +223,11 @@ class Fetcher:
                 timer = min(timer, quiet)
                 continue
             by_node.setdefault(node, []).append(state)
+        room = self._queue_cap - queued
+        if room <= 0:  # poll() takes some first; the loop steps again at every poll()
+            return timer
         for node, states in by_node.items():
-            self._fetch(node, states, now)
+            self._fetch(node, states, now, room)
         return timer
 
     def _leaders(self) -> set[int]:
@@ -230,10 +239,10 @@ class Fetcher:
             self._leaders_of = key
         return self._leader_nodes
 
-    def _fetch(self, node: int, states: list[PartitionState], now: float) -> None:
+    def _fetch(self, node: int, states: list[PartitionState], now: float, room: int) -> None:
         config = self._config
         states.sort(key=lambda s: -s.max_bytes)  # KIP-74: a grown partition goes first
-        max_bytes, cap = config.fetch_max_bytes, self.caps.get(node)
+        max_bytes, cap = min(config.fetch_max_bytes, room), self.caps.get(node)
         limits = [s.max_bytes for s in states]
         if cap is not None:  # in turns, so that partitions with data are not left behind
             turn = self._turns.get(node, 0) % len(states)

@@ -117,6 +117,12 @@ class PartitionState:
             return None
         return self.ready.position
 
+    @property
+    def queued_bytes(self) -> int:
+        """Fetched bytes waiting for ``poll()``: its ready buffer and its unread answer."""
+        completed = self.completed
+        return self.ready.nbytes + (len(completed.data.records or b"") if completed else 0)
+
     def fetchable(self, now: float, buffer_bytes: int) -> bool:
         """Whether the I/O thread may fetch it now."""
         return (self.phase is Phase.FETCHING and not self.in_flight and self.completed is None
@@ -204,6 +210,11 @@ class Assignment:
 
     def __iter__(self) -> Iterator[PartitionState]:
         return iter(self.states.values())
+
+    @property
+    def queued_bytes(self) -> int:
+        """Fetched bytes waiting for ``poll()``, every partition together."""
+        return sum(state.queued_bytes for state in self.states.values())
 
     def replace(self, partitions: Iterable[TopicPartition], *, committed: bool) -> None:
         """Assign exactly ``partitions``; kept ones keep their state, new ones start in

@@ -322,7 +322,7 @@ class ConsumerSession:
         with self.lock:
             return ClientStats(
                 "consumer", self.config.client_id, records=self._delivered,
-                batches=self.assignment.fed,
+                batches=self.assignment.fed, queued_bytes=self.assignment.queued_bytes,
                 rebalances=self.group.assignments if self.group is not None else 0,
                 requests=self.loop.client.latency.snapshot())
 
