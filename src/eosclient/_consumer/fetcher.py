@@ -163,7 +163,7 @@ class Fetcher:
             self.queries.remove(query)
         if query.error is not None:
             raise query.error
-        return query.results
+        return {tp: query.results[tp] for tp in tps}  # in the order asked, not answered
 
     def check_ends(self, tps: list[TopicPartition], check: Callable[[], None]) -> None:
         """What ends a wait for end offsets early: ``check()``, or the metadata saying a
