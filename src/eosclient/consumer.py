@@ -343,7 +343,8 @@ class ReadCommittedConsumer(Generic[KeyT, ValueT]):
         """Where each partition begins and ends now: its log start offset, high watermark and
         last stable offset, asked of every leader at once (one request per leader, however
         many partitions), so the cost of a thousand partitions is a round trip, not a
-        thousand. The partitions need not be assigned.
+        thousand. The partitions need not be assigned; the dict is in the order asked
+        (duplicates once).
 
         Raises:
             KafkaTimeoutError: no answer for every partition within ``timeout``.
