@@ -28,6 +28,32 @@ with the member id the answer gives), or anything else (after the retry backoff)
 (23 INCONSISTENT_GROUP_PROTOCOL, 24 INVALID_GROUP_ID, 26 INVALID_SESSION_TIMEOUT, 30, 81, ...)
 puts the machine in FAILED, and the consumer raises it.
 
+Cooperative rebalancing (KIP-429) is the same conversation with a different contract about
+what a member holds, as Java's ``ConsumerCoordinator`` runs it for the COOPERATIVE protocol. A
+member follows it when every assignor it offers supports it (only ``cooperative-sticky`` does:
+:data:`~eosclient._consumer.assignors.COOPERATIVE`); offering an eager one beside it keeps the
+member eager, which is the first step of KIP-429's rolling upgrade (docs/consumer.md). The
+transitions that differ are the rows of :data:`COOPERATIVE_TABLE`:
+
+* asked to rejoin, a member joins *keeping* its partitions (no REVOKING): its subscription (v3)
+  says what it owns and in which generation, and the application goes on fetching and
+  committing them while the rebalance runs (the JoinGroup or SyncGroup in flight keeps its
+  session, so commits under its generation go on too: :meth:`Membership.in_generation`);
+* the leader runs ``cooperative-sticky``: the sticky target, less every partition that another
+  member still claims (:func:`~eosclient._consumer.assignors.cooperative_handover`);
+* after SyncGroup (ASSIGNING) the application first revokes only what it holds and the new
+  assignment no longer lists (:meth:`Membership.to_revoke`, ``on_revoke``), then installs the
+  assignment and is told only what is new (``on_assign``, called even with nothing new, as
+  KIP-429 says); if it revoked anything it joins again at once (CALL_HANDED_OVER), and that
+  second rebalance, finding those partitions claimed by nobody, hands them to their new owners;
+* a member that lost its generation (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, its session or poll
+  interval ran out, a stopped process) may already have been replaced: its partitions are lost,
+  not revoked (REVOKING with ``on_lost``, whatever state it was in), and it joins owning none.
+
+Members of both protocols may share a group once ``cooperative-sticky`` is what the group
+chose: an eager member revokes everything before joining, claims nothing, and its former
+partitions move at once.
+
 Liveness: a member whose heartbeats have gone unanswered for ``session.timeout.ms`` gives up its
 generation and joins again, with the member id it had (the coordinator says 25
 UNKNOWN_MEMBER_ID if it did drop the member); one whose application has not called ``poll()``
@@ -65,11 +91,18 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Final
 
 from eosclient._consumer import protocol as wire
-from eosclient._consumer.assignors import ASSIGNORS, STICKY, Claim
+from eosclient._consumer.assignors import (
+    ASSIGNORS,
+    COOPERATIVE,
+    COOPERATIVE_STICKY,
+    STICKY,
+    Claim,
+)
 from eosclient._consumer.coordinator import CoordinatorLookup
 from eosclient._consumer.group_table import (
     _HEARTBEATING,
     _MEMBER,
+    COOPERATIVE_TABLE,
     TABLE,
     Input,
     Send,
@@ -89,7 +122,8 @@ from eosclient.errors import (
     error_for,
 )
 
-__all__ = ["MOVED_ON", "TABLE", "Input", "Membership", "Send", "Settings", "State"]
+__all__ = ["COOPERATIVE_TABLE", "MOVED_ON", "TABLE", "Input", "Membership", "Send", "Settings",
+           "State"]
 
 Counts = Callable[[Collection[str]], Mapping[str, int] | None]
 """Partition counts of the topics asked for; None while the metadata is not there yet."""
@@ -107,6 +141,8 @@ _JOIN_GRACE: Final = 5.0  # beyond the coordinator's own timer (Java's margin)
 _SLOW_REBALANCE: Final = 30.0  # seconds (at least the session timeout) before a WARNING
 _UNSETTLED: Final = frozenset({State.REVOKING, State.JOINING, State.SYNCING})
 _UNNAMED_REFORMS: Final = 3  # generations in a row that may leave this member out (then: none)
+_IN_REBALANCE: Final = (State.JOINING, State.SYNCING, State.ASSIGNING)  # cooperative: still
+# holding partitions, and the generation they were given in
 
 
 
@@ -119,6 +155,9 @@ class Membership:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        # KIP-429: cooperative only if every assignor offered supports it (Java's rule)
+        self.cooperative = bool(settings.assignors) and set(settings.assignors) <= COOPERATIVE
+        self._table = COOPERATIVE_TABLE if self.cooperative else TABLE
         self.state = State.UNJOINED
         self.error: EosError | None = None
         self.member_id = ""
@@ -132,9 +171,11 @@ class Membership:
         self.topics: frozenset[str] = frozenset()
         self.assignment: list[TopicPartition] = []  # from SyncGroup, until installed
         # What this member was last given and in which generation: the claim a sticky leader
-        # reads (sent when ``sticky`` is offered; eager, so it is the previous assignment)
+        # reads (sent when ``sticky`` is offered; eager, so it is the previous assignment).
+        # Cooperative: what the application holds now, claimed under ``cooperative-sticky``.
         self._owned: list[TopicPartition] = []
         self._owned_generation = -1
+        self._gave_up = False  # cooperative: revoked partitions since the last JoinGroup went
         self.attempt = 0
         backoff = Backoff(settings.retry_backoff, settings.retry_backoff_max)
         self.lookup = CoordinatorLookup(settings.group_id, backoff)
@@ -186,11 +227,34 @@ class Membership:
         self._transition(Input.CALL_REVOKED, now)
 
     def take_assignment(self, now: float) -> list[TopicPartition]:
-        """The partitions SyncGroup gave, for the application to install; now STABLE."""
-        self._transition(Input.CALL_ASSIGNED, now)
-        assignment, self.assignment = self.assignment, []
-        self._owned, self._owned_generation = list(assignment), self.generation
+        """The partitions SyncGroup gave, for the application to install; now STABLE, or
+        (cooperative, after :meth:`gave_up`) JOINING again at once: KIP-429's second
+        rebalance, which hands the revoked partitions over."""
+        assignment, generation = self.assignment, self.generation
+        handed_over = self.cooperative and self._gave_up and self.state is State.ASSIGNING
+        self._transition(Input.CALL_HANDED_OVER if handed_over else Input.CALL_ASSIGNED, now)
+        self.assignment = []
+        self._owned, self._owned_generation = list(assignment), generation
         return assignment
+
+    def to_revoke(self) -> list[TopicPartition]:
+        """Cooperative, in ASSIGNING: what the application holds that the new assignment no
+        longer lists, to revoke before installing it; else nothing (eager: everything was
+        revoked before the join)."""
+        if not self.cooperative or self.state is not State.ASSIGNING:
+            return []
+        given = set(self.assignment)
+        return [tp for tp in self._owned if tp not in given]
+
+    def gave_up(self, partitions: Iterable[TopicPartition]) -> None:
+        """The application revoked ``partitions`` (:meth:`to_revoke`'s): no longer claimed,
+        and the member joins again once it has installed the assignment. Also if the member
+        meanwhile went on to join again claiming them (the I/O thread does not wait for the
+        application): the leader then withheld them from their new owner, and only another
+        rebalance hands them over."""
+        gone = set(partitions)
+        self._owned = [tp for tp in self._owned if tp not in gone]
+        self._gave_up = self._gave_up or bool(gone)
 
     def leave(self, now: float, *, static_too: bool = False) -> None:
         """Leave the group (LeaveGroup if a member id was given, and the member is not static
@@ -212,8 +276,11 @@ class Membership:
             self._step_at = min(self._step_at, now)
 
     def has_generation(self) -> bool:
-        """Whether commits can carry a live generation (STABLE, or REVOKING before rejoin)."""
-        return self.generation >= 0 and self.state in (State.STABLE, State.REVOKING)
+        """Whether commits can carry a live generation (STABLE, or REVOKING before rejoin;
+        cooperative, also while rebalancing: the partitions are still held, see above)."""
+        return self.generation >= 0 and (
+            self.state in (State.STABLE, State.REVOKING)
+            or (self.cooperative and self.state in _IN_REBALANCE))
 
     def in_generation(self, now: float) -> bool:
         """Whether the member still holds its generation *now*: :meth:`has_generation`, and
@@ -221,7 +288,11 @@ class Membership:
         noticed yet (a process resumed after a long pause reads its clock before its I/O thread
         gets to check it)."""
         session = self.settings.session_timeout
-        return (self.has_generation() and now < self._heard_at + session
+        # A coordinator holding this member's JoinGroup or SyncGroup keeps it alive meanwhile
+        # (Kafka: a member awaiting a join or a sync is not expired), and a joining member
+        # sends no heartbeats; the request's own timeout bounds the wait
+        held = self.cooperative and self._waiting and self.state in _IN_REBALANCE
+        return (self.has_generation() and (held or now < self._heard_at + session)
                 and self._ran_at is not None and now < self._ran_at + session
                 and now < self._polled_at + self.settings.rebalance_timeout)
 
@@ -481,12 +552,7 @@ class Membership:
             self.member_id = member_id
             self._step_at = now
         elif code in MOVED_ON:
-            if code == _UNKNOWN_MEMBER_ID:
-                self.member_id = ""
-            if code != _REBALANCE_IN_PROGRESS:
-                self.generation = -1
-            self._asked |= code == _REBALANCE_IN_PROGRESS
-            self._rejoin(now, at_once=True)
+            self._moved_on(code, now)
         elif api is ApiKey.HEARTBEAT:
             if code in _NOT_COORDINATOR:
                 self.lookup.lost(now)
@@ -496,9 +562,19 @@ class Membership:
                 self.lookup.lost(now)
             self._rejoin(now, at_once=False)
 
-    def _rejoin(self, now: float, *, at_once: bool) -> None:
+    def _moved_on(self, code: int, now: float) -> None:
+        """The group moved on (:data:`MOVED_ON`): join again at once; with a new generation
+        (22) or member id (25) too, the partitions lost (RECV_LOST)."""
+        if code == _UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+        if code != _REBALANCE_IN_PROGRESS:
+            self.generation = -1
+        self._asked |= code == _REBALANCE_IN_PROGRESS
+        self._rejoin(now, at_once=True, lost=code != _REBALANCE_IN_PROGRESS)
+
+    def _rejoin(self, now: float, *, at_once: bool, lost: bool = False) -> None:
         """Join again: at once, or after the backoff (a coordinator still loading)."""
-        self._transition(Input.RECV_REJOIN, now)
+        self._transition(Input.RECV_LOST if lost else Input.RECV_REJOIN, now)
         if self.state is State.JOINING:
             self._failures += 1
             self._step_at = now if at_once else now + self._backoff.delay(self._failures)
@@ -508,12 +584,7 @@ class Membership:
         (22, 25, 27), join again, as a heartbeat refused so would (Java does likewise)."""
         if self.state not in _MEMBER or code not in MOVED_ON:
             return
-        if code == _UNKNOWN_MEMBER_ID:
-            self.member_id = ""
-        if code != _REBALANCE_IN_PROGRESS:
-            self.generation = -1
-        self._asked |= code == _REBALANCE_IN_PROGRESS
-        self._rejoin(now, at_once=True)
+        self._moved_on(code, now)
 
     def fail(self, error: EosError, now: float) -> None:
         """A fatal error (here, or the coordinator lookup's): FAILED."""
@@ -530,13 +601,20 @@ class Membership:
         metadata = (wire.subscription_bytes(self.topics, owned=self._owned,
                                             generation=self._owned_generation)
                     if STICKY in settings.assignors else wire.subscription_bytes(self.topics))
+        # cooperative-sticky's claim is what the member holds now: nothing if it is eager (it
+        # revoked everything before joining), so that a leader hands those partitions on at once
+        held = self._owned if self.cooperative else []
+        cooperative = wire.subscription_bytes(self.topics, owned=held,
+                                              generation=self._owned_generation if held else -1)
         request = wire.join_group(
             settings.group_id, self.member_id,
             session_timeout_ms=int(settings.session_timeout * 1000),
             rebalance_timeout_ms=int(settings.rebalance_timeout * 1000),
-            protocols=[(name, metadata) for name in settings.assignors],
+            protocols=[(name, cooperative if name == COOPERATIVE_STICKY else metadata)
+                       for name in settings.assignors],
             group_instance_id=settings.group_instance_id)
         self._waiting = True
+        self._gave_up = False  # what is revoked from now on, this join still claims
         log.debug("group %r: JoinGroup, member %r, instance %r", settings.group_id,
                   self.member_id, settings.group_instance_id)
         self._join_sent = Send(request, "join", self.attempt, join_timeout(settings))
@@ -701,7 +779,7 @@ class Membership:
     # -- the one place the state changes --------------------------------------------------------
 
     def _transition(self, cause: Input, now: float) -> None:
-        target = TABLE.get((self.state, cause))
+        target = self._table.get((self.state, cause))
         if target is None:
             if not cause.name.startswith("CALL_"):
                 return  # a late answer or timer for a state already left: stale, ignored
@@ -726,9 +804,11 @@ class Membership:
             self._assigned_from = {}
             self.assignment = []
             self._step_at = now
+        if target is State.UNJOINED or (self.cooperative and cause is Input.CALL_REVOKED):
+            # cooperative: on_lost ran, and nothing is held any more
+            self._owned, self._owned_generation = [], -1
         if target is State.UNJOINED:
             self.member_id, self.generation = "", -1
-            self._owned, self._owned_generation = [], -1
 
 
 def join_timeout(settings: Settings) -> float:
