@@ -192,10 +192,11 @@ def test_a_rejoining_member_still_commits_under_its_generation() -> None:
     m = holding(T[:3])
     asked_to_rejoin(m, 1.0)
     one(m.poll(1.0, counts), "join")
-    # The coordinator holds the JoinGroup (Tansu: over 20 s) and keeps the member meanwhile;
-    # eager, a joining member holds nothing and commits nothing.
-    assert m.poll(9.0, counts) == [] and m.has_generation() and m.in_generation(12.0)
-    assert not m.in_generation(9.0 + 10.0)  # a driver stopped for a session: not any more
+    # The coordinator holds the JoinGroup (Tansu: half the session timeout) and the member
+    # sends no heartbeats meanwhile: the JoinGroup proves it alive as a heartbeat would. Eager,
+    # a joining member holds nothing and commits nothing.
+    assert m.poll(9.0, counts) == [] and m.has_generation() and m.in_generation(10.5)
+    assert not m.in_generation(11.5)  # a session after the join went: not any more
 
 
 def test_a_member_offering_an_eager_assignor_too_stays_eager_and_claims_nothing() -> None:

@@ -176,6 +176,7 @@ class Membership:
         self._owned: list[TopicPartition] = []
         self._owned_generation = -1
         self._gave_up = False  # cooperative: revoked partitions since the last JoinGroup went
+        self._sent_at = 0.0  # when the JoinGroup or SyncGroup in flight went
         self.attempt = 0
         backoff = Backoff(settings.retry_backoff, settings.retry_backoff_max)
         self.lookup = CoordinatorLookup(settings.group_id, backoff)
@@ -288,11 +289,13 @@ class Membership:
         noticed yet (a process resumed after a long pause reads its clock before its I/O thread
         gets to check it)."""
         session = self.settings.session_timeout
-        # A coordinator holding this member's JoinGroup or SyncGroup keeps it alive meanwhile
-        # (Kafka: a member awaiting a join or a sync is not expired), and a joining member
-        # sends no heartbeats; the request's own timeout bounds the wait
-        held = self.cooperative and self._waiting and self.state in _IN_REBALANCE
-        return (self.has_generation() and (held or now < self._heard_at + session)
+        heard = self._heard_at
+        if self.cooperative and self._waiting and self.state in _IN_REBALANCE:
+            # A joining member sends no heartbeats; the JoinGroup or SyncGroup in flight
+            # proves it alive as one would (the coordinator restarts its session timer on it).
+            # Not longer: a coordinator that holds it past the session may not count it.
+            heard = max(heard, self._sent_at)
+        return (self.has_generation() and now < heard + session
                 and self._ran_at is not None and now < self._ran_at + session
                 and now < self._polled_at + self.settings.rebalance_timeout)
 
@@ -307,8 +310,10 @@ class Membership:
         if self.state is State.JOINING and not self._waiting and now >= self._step_at \
                 and self.lookup.node is not None and not self.held:
             self._send_join()
+            self._sent_at = now
         elif self.state is State.SYNCING and not self._waiting and self._joined is not None:
             self._send_sync(counts)
+            self._sent_at = now
         if self._heartbeat_due(now):
             self._heartbeat_in_flight = True
             self._outbox.append(Send(wire.heartbeat(
