@@ -125,6 +125,23 @@ def test_after_sync_only_what_moved_is_revoked_and_the_member_joins_again_at_onc
     assert claim(one(m.poll(1.5, counts), "join")) == ([T[0], T[2], T[5]], 6)
 
 
+def test_a_leader_that_revoked_joins_again_a_heartbeat_interval_later() -> None:
+    # noida-db answers the followers' JoinGroup after the leader's; a leader that joined again
+    # at once (its SyncGroup is answered first) made it never answer theirs: 11 s stalls.
+    m = holding(T[:3])
+    asked_to_rejoin(m)
+    m.on_response(one(m.poll(1.0, counts), "join"),
+                  joined(6, member="m1", leader="m1",
+                         claims={"m1": (5, T[:3]), "m2": (5, T[3:]), "m3": (-1, [])}), 1.0)
+    sync = one(m.poll(1.0, counts), "sync")
+    given = {a.member_id: wire.read_assignment(a.assignment) for a in sync.request.assignments}
+    m.on_response(sync, synced(given["m1"]), 1.0)
+    m.gave_up(m.to_revoke())
+    m.take_assignment(1.0)
+    assert m.state is State.JOINING and m.poll(1.5, counts) == []
+    assert claim(one(m.poll(2.0, counts), "join")) == (given["m1"], 6)
+
+
 def test_nothing_revoked_means_no_second_rebalance() -> None:
     m = holding(T[:3])
     asked_to_rejoin(m)
@@ -186,6 +203,16 @@ def test_a_member_that_lost_its_generation_is_told_its_partitions_are_lost(
     m.revoked(2.0)  # on_lost ran
     assert m.state is State.JOINING
     assert claim(one(m.poll(2.0, counts), "join")) == ([], -1)
+
+
+def test_a_commit_refused_for_its_generation_rejoins_keeping_the_partitions() -> None:
+    # noida-db bumps the generation as soon as a member joins and refuses the others' commits
+    # with ILLEGAL_GENERATION before they hear of the rebalance: taken as lost, every kept
+    # partition's transaction was aborted. The heartbeat and the JoinGroup still decide.
+    m = holding(T[:3])
+    m.refused(22, 1.0)
+    assert m.state is State.JOINING and m.generation == 5
+    assert claim(one(m.poll(1.0, counts), "join")) == (T[:3], 5)
 
 
 def test_a_rejoining_member_still_commits_under_its_generation() -> None:

@@ -236,6 +236,13 @@ class Membership:
         self._transition(Input.CALL_HANDED_OVER if handed_over else Input.CALL_ASSIGNED, now)
         self.assignment = []
         self._owned, self._owned_generation = list(assignment), generation
+        if handed_over and self._leader == self.member_id:
+            # noida-db answers the followers' JoinGroup some milliseconds after the leader's,
+            # and never, if the leader's next JoinGroup comes first: the followers then wait
+            # for their request timeout (11 s), and the group with them. So the leader, whose
+            # SyncGroup is answered at once, joins again a heartbeat interval later, by when
+            # the others have had their answers (and learn of the rebalance by heartbeat).
+            self._step_at = now + self.settings.heartbeat_interval
         return assignment
 
     def to_revoke(self) -> list[TopicPartition]:
@@ -588,6 +595,14 @@ class Membership:
         """A commit under this generation was refused with ``code``: if the group moved on
         (22, 25, 27), join again, as a heartbeat refused so would (Java does likewise)."""
         if self.state not in _MEMBER or code not in MOVED_ON:
+            return
+        if self.cooperative and code == _ILLEGAL_GENERATION:
+            # noida-db bumps the generation as soon as a member joins, and refuses a commit
+            # under the old one before this member has even heard of the rebalance (Kafka
+            # accepts it until the join phase completes). The partitions are not lost: none
+            # moves before this member revokes it. So it joins again keeping them; if the group
+            # did drop it, the JoinGroup's answer says so (UNKNOWN_MEMBER_ID: lost).
+            self._rejoin(now, at_once=True)
             return
         self._moved_on(code, now)
 
