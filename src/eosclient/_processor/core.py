@@ -532,6 +532,7 @@ class ProcessorCore:
         """
         if not partitions:
             return
+        log.info("assigned %s", _named(partitions))
         if self._txn is not None:
             log.info("partitions assigned beside kept ones: committing the open transaction "
                      "first")
@@ -581,6 +582,7 @@ class ProcessorCore:
         the group shows what was committed for them. Cooperative (KIP-429), ``partitions`` are
         only those that move: the transaction ends all the same (it holds their records), and
         the kept partitions carry on into the next one from where they are."""
+        log.info("revoked %s", _named(partitions))
         if self._txn is not None:
             log.info("partitions revoked: committing the open transaction first")
             yield from self._finish_before_rebalance()
@@ -634,6 +636,14 @@ class ProcessorCore:
         if self._txn is None:
             raise RuntimeError("no transaction is open")  # a bug: _begin comes first
         return self._txn
+
+
+def _named(partitions: Sequence[TopicPartition]) -> str:
+    """``topic[0, 2]``, topic by topic, for a log line."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return " ".join(f"{t}{sorted(ps)}" for t, ps in sorted(by_topic.items()))
 
 
 def _item(output: Output, record: ConsumerRecord | None) -> Item:
