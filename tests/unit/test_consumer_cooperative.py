@@ -142,6 +142,25 @@ def test_a_leader_that_revoked_joins_again_a_heartbeat_interval_later() -> None:
     assert claim(one(m.poll(2.0, counts), "join")) == (given["m1"], 6)
 
 
+@pytest.mark.parametrize("leader", ["m0", "m1"])
+def test_a_second_rejoin_answered_with_the_same_generation_leaves_to_start_a_new_one(
+        leader: str) -> None:
+    # Tansu answers a static member's rejoin with the generation it was in, and the others are
+    # never asked to rejoin: the partitions given up stayed withheld from everybody for good.
+    m = holding(T[:3], dataclasses.replace(SETTINGS, group_instance_id="i-1"))
+    asked_to_rejoin(m)
+    join_and_sync(m, 6, T[:2], 1.0)
+    m.gave_up(m.to_revoke())
+    m.take_assignment(1.0)
+    join = one(m.poll(5.0, counts), "join")
+    m.on_response(join, joined(6, leader=leader, claims={"m1": (6, T[:2])}), 5.0)
+    leave = one(m.poll(5.0, counts), "leave")
+    assert leave.request.members[0].member_id == "m1" and m.state is State.JOINING
+    m.on_response(leave, APIS[ApiKey.LEAVE_GROUP].response(
+        version=3, throttle_time_ms=0, error_code=0, members=[]), 5.1)
+    assert claim(one(m.poll(5.1, counts), "join")) == (T[:2], 6)  # as a new member
+
+
 def test_nothing_revoked_means_no_second_rebalance() -> None:
     m = holding(T[:3])
     asked_to_rejoin(m)

@@ -176,6 +176,8 @@ class Membership:
         self._owned: list[TopicPartition] = []
         self._owned_generation = -1
         self._gave_up = False  # cooperative: revoked partitions since the last JoinGroup went
+        self._handing_over = False  # cooperative: the next JoinGroup answer must bring a new
+        # generation (see _on_joined)
         self._sent_at = 0.0  # when the JoinGroup or SyncGroup in flight went
         self.attempt = 0
         backoff = Backoff(settings.retry_backoff, settings.retry_backoff_max)
@@ -236,6 +238,7 @@ class Membership:
         self._transition(Input.CALL_HANDED_OVER if handed_over else Input.CALL_ASSIGNED, now)
         self.assignment = []
         self._owned, self._owned_generation = list(assignment), generation
+        self._handing_over = handed_over
         if handed_over and self._leader == self.member_id:
             # noida-db answers the followers' JoinGroup some milliseconds after the leader's,
             # and never, if the leader's next JoinGroup comes first: the followers then wait
@@ -436,6 +439,17 @@ class Membership:
             self._reform(f"answered the rejoin of a follower with the same generation "
                          f"{self.generation}, so it keeps that generation's assignment (the "
                          f"partitions of departed members would be read by nobody)", now)
+            return
+        handing_over, self._handing_over = self._handing_over, False
+        if (handing_over and 0 <= self._synced == response.generation_id
+                and self.member_id == response.member_id):
+            # KIP-429's second rebalance must form a new generation: in this one the
+            # partitions this member gave up are withheld from everybody. Tansu answers a
+            # static member's rejoin with the generation it was in and keeps it (the others
+            # are never asked to rejoin), so they would be read by nobody for good.
+            self._reform(f"answered the second rejoin of a cooperative rebalance with the same "
+                         f"generation {self.generation} (the partitions this member gave up "
+                         f"would be read by nobody)", now)
             return
         self.member_id, self.generation = response.member_id, response.generation_id
         self.last_joined = (response.generation_id, response.member_id)
