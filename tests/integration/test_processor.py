@@ -366,15 +366,18 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> None:
 
 
 def test_a_worker_joining_a_cooperative_group_interrupts_only_the_partitions_that_move(
-        noida_broker: RunningBroker, unique_name: Names, caplog: pytest.LogCaptureFixture,
+        broker: RunningBroker, unique_name: Names, caplog: pytest.LogCaptureFixture,
         ) -> None:
     # Eager, a worker joining revoked every partition of every worker: each finished its
     # transaction, gave all 6 up, and started its 4 again from the committed offsets. With
     # cooperative-sticky the two workers give up only the 2 each that move to the newcomer, and
     # are told of nothing new afterwards (their kept partitions go on from where they are).
-    servers = noida_broker.bootstrap_servers
-    source, sink = create_topic(noida_broker, unique_name("in"), 12), unique_name("out")
-    create_topic(noida_broker, sink)
+    # On Tansu, which answers a static member's second rejoin with its old generation, one of
+    # them leaves and joins again (else the newcomer's partitions stayed with nobody), and its
+    # transactions abort while it is out of the group; exactly once all the same.
+    servers = broker.bootstrap_servers
+    source, sink = create_topic(broker, unique_name("in"), 12), unique_name("out")
+    create_topic(broker, sink)
     group = unique_name("g")
     stop = threading.Event()
     produced = [0]
@@ -438,6 +441,8 @@ def test_a_worker_joining_a_cooperative_group_interrupts_only_the_partitions_tha
         assert len(revoked) == 1 and len(revoked[0]) == 2 and revoked[0] < first, seen
     assert seen["w0"][1][0] | seen["w1"][1][0] == set().union(*seen["w2"][0]), seen
     # every worker copied (its kept partitions through the rebalance), and nobody aborted
-    assert all(s.records_in and not s.transactions_aborted for s in stats.values()), stats
+    assert all(s.records_in for s in stats.values()), stats
+    if broker.kind == "noida":
+        assert not any(s.transactions_aborted for s in stats.values()), stats
     report = check(servers, source, sink)
     assert report.ok, str(report)
