@@ -54,6 +54,13 @@ Members of both protocols may share a group once ``cooperative-sticky`` is what 
 chose: an eager member revokes everything before joining, claims nothing, and its former
 partitions move at once.
 
+Three broker facts bend it (each explained where it is handled): noida-db refuses a commit
+under the old generation as soon as a member joins (a cooperative member then rejoins keeping
+its partitions: :meth:`Membership.refused`); noida-db never answers the followers' JoinGroup if
+the leader's next one comes first (a leader's second rejoin waits a heartbeat interval:
+:meth:`Membership.take_assignment`); Tansu answers a static member's second rejoin with the
+generation it was in (the member leaves and joins anew: ``_on_joined``).
+
 Liveness: a member whose heartbeats have gone unanswered for ``session.timeout.ms`` gives up its
 generation and joins again, with the member id it had (the coordinator says 25
 UNKNOWN_MEMBER_ID if it did drop the member); one whose application has not called ``poll()``
