@@ -366,8 +366,8 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> None:
 
 
 def test_a_worker_joining_a_cooperative_group_interrupts_only_the_partitions_that_move(
-        broker: RunningBroker, unique_name: Names, caplog: pytest.LogCaptureFixture,
-        ) -> None:
+        front: Front, broker: RunningBroker, unique_name: Names,
+        caplog: pytest.LogCaptureFixture) -> None:
     # Eager, a worker joining revoked every partition of every worker: each finished its
     # transaction, gave all 6 up, and started its 4 again from the committed offsets. With
     # cooperative-sticky the two workers give up only the 2 each that move to the newcomer, and
@@ -394,7 +394,7 @@ def test_a_worker_joining_a_cooperative_group_interrupts_only_the_partitions_tha
                     produced[0] += 2
                 producer.commit_transaction(15)
 
-    copiers = {name: ExactlyOnceProcessor(
+    copiers = {name: front.cls(
         bootstrap_servers=servers, input_topics=[source], output_topic=sink, group_id=group,
         transactional_id=f"{group}-{name}", max_records_per_transaction=50,
         commit_interval_ms=50, consumer_config={
@@ -404,7 +404,7 @@ def test_a_worker_joining_a_cooperative_group_interrupts_only_the_partitions_tha
     stats: dict[str, ProcessorStats] = {}
 
     def work(name: str) -> None:
-        stats[name] = copiers[name].run()
+        stats[name] = front.run(copiers[name])
 
     def told(name: str, what: str) -> list[set[int]]:
         """The partitions each ``on_assign`` / ``on_revoke`` of worker ``name`` was given."""
