@@ -190,10 +190,11 @@ class CooperativeMember:
     """A ``cooperative-sticky`` consumer polling on a thread of its own; what it saw, in order:
     ``("assign" | "revoke" | "lost" | "records", partition numbers)``."""
 
-    def __init__(self, broker: RunningBroker, group: str, topic: str) -> None:
+    def __init__(self, broker: RunningBroker, group: str, topic: str,
+                 strategy: str = "cooperative-sticky") -> None:
         self.events: list[tuple[str, frozenset[int]]] = []
         self.consumer = ReadCommittedConsumer(broker.bootstrap_servers, group_id=group, config={
-            "partition.assignment.strategy": "cooperative-sticky",
+            "partition.assignment.strategy": strategy,
             "session.timeout.ms": _SESSION_MS, "heartbeat.interval.ms": 200,
             "auto.offset.reset": "earliest"})
         self.consumer.subscribe([topic], on_assign=self._callback("assign"),
@@ -269,3 +270,36 @@ def test_cooperative_consumers_keep_fetching_their_partitions_while_a_member_joi
         assigned_then = [ps for kind, ps in events[revoked:last_assign] if kind == "assign"]
         assert assigned_then and not any(assigned_then)  # on_assign with nothing new (KIP-429)
         assert any(kind == "records" and ps <= kept for kind, ps in events[revoked:last_assign])
+
+
+def test_the_rolling_upgrades_second_step_mixes_eager_and_cooperative_members(
+        broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    # KIP-429's upgrade: a member still offering range beside cooperative-sticky (restarted in
+    # the first step) is eager; one restarted in the second offers cooperative-sticky alone.
+    # The group picks cooperative-sticky; the eager member revokes everything and claims
+    # nothing, the cooperative one gives up only what moves, and nothing is owned twice.
+    topics.create_topic(broker, topic_name, PARTITIONS)
+    group = unique_name("group")
+    stop = threading.Event()
+    producer = threading.Thread(target=produce_until, args=(broker, topic_name, stop))
+    producer.start()
+    eager = CooperativeMember(broker, group, topic_name, "cooperative-sticky,range")
+    members = [eager, CooperativeMember(broker, group, topic_name)]
+    try:
+        wait_for(lambda: sorted(len(m.held()) for m in members) == [6, 6])
+        before = [m.held() for m in members]
+        start = [len(m.events) for m in members]
+        members.append(CooperativeMember(broker, group, topic_name))
+        wait_for(lambda: sorted(len(m.held()) for m in members) == [4, 4, 4])
+        after = [m.held() for m in members]
+        seen = [list(m.events) for m in members]
+    finally:
+        stop.set()
+        producer.join(30)
+        for member in members:
+            member.close()
+    assert sorted(p for held in after for p in held) == list(range(PARTITIONS))
+    gone = [[ps for kind, ps in events[n:] if kind in ("revoke", "lost")]
+            for events, n in zip(seen, start, strict=False)]
+    assert gone[0][0] == before[0]  # eager: all of them, first
+    assert gone[1] == [before[1] - after[1]] and len(gone[1][0]) == 2  # cooperative: 2, once
