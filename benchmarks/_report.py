@@ -142,10 +142,11 @@ def format_outcome(outcome: Outcome, rtt: float) -> str:
         p99 = outcome.p99() or 0.0
         return (f"median {value * 1e3:6.2f} ms = {value / rtt:4.2f} RTT;"
                 f"  p99 {p99 * 1e3:6.2f} ms = {p99 / rtt:4.2f} RTT")
+    digits = 2 if value < 100 else 0  # CPU seconds per million records, say
     spread = ""
     if len(outcome.runs) > 1:
-        spread = f"  (runs {min(outcome.runs):,.0f} .. {max(outcome.runs):,.0f})"
-    return f"{value:>12,.0f} {outcome.unit}{spread}"
+        spread = f"  (runs {min(outcome.runs):,.{digits}f} .. {max(outcome.runs):,.{digits}f})"
+    return f"{value:>12,.{digits}f} {outcome.unit}{spread}"
 
 
 def format_ratio(ratio: Ratio) -> list[str]:

@@ -13,7 +13,9 @@ record (the headline); the *steady* rows time the same reads from the first reco
 to the last (records after the first poll / that time), leaving out the first Fetch's wait: on
 noida-db it takes 60-80 ms from offset 0 whichever client asks (aiokafka's too), most of the
 timed window at the default size, so the headline ratios between fast readers are bounded by it;
-the steady ones show each client's own cost. The clients: eosclient ``poll()`` and
+the steady ones show each client's own cost. The *cpu* rows: the process's CPU seconds over
+the headline window per million committed records (every thread of the process, so
+librdkafka's too; the broker runs elsewhere). The clients: eosclient ``poll()`` and
 ``poll_batch()`` twice, its values taken as one buffer per partition (``values_buffer()``:
 Arrow's binary layout, no object per record; the check makes them bytes after the clock stops)
 and as lists of bytes (``.values``), confluent-kafka ``consume(500)``,
@@ -131,9 +133,10 @@ class Timing:
 
     def __init__(self) -> None:
         self.start = time.perf_counter()
+        self.cpu_start = time.process_time()  # every thread of the process: librdkafka's too
         self.first_at = 0.0
         self.first_count = 0
-        self.elapsed = self.steady = 0.0
+        self.elapsed = self.steady = self.cpu = 0.0
 
     def saw(self, count: int) -> None:
         """Before each poll: ``count`` records held so far."""
@@ -143,6 +146,7 @@ class Timing:
     def stop(self, count: int) -> None:
         end = time.perf_counter()
         self.elapsed = end - self.start
+        self.cpu = time.process_time() - self.cpu_start
         if self.first_count and end > self.first_at:
             self.steady = (count - self.first_count) / (end - self.first_at)
 
@@ -360,9 +364,11 @@ def throughput(broker: RunningBroker, args: argparse.Namespace, servers: str,
                 for key, family, label, _ in readers]
     steadies = [report.Outcome("steady", report.THROUGHPUT, "records/s", key, family, label)
                 for key, family, label, _ in readers]
+    cpus = [report.Outcome("cpu", report.THROUGHPUT, "CPU s per million records", key, family,
+                           label) for key, family, label, _ in readers]
     for repeat in range(args.repeat):
-        for outcome, steady, (_, _, label, read) in zip(outcomes, steadies, readers,
-                                                        strict=True):
+        for outcome, steady, cpu, (_, _, label, read) in zip(outcomes, steadies, cpus, readers,
+                                                             strict=True):
             _harness.progress(f"throughput: {label} (repeat {repeat + 1}/{args.repeat})")
             try:
                 with _harness.watchdog(RUN_TIMEOUT):
@@ -373,13 +379,15 @@ def throughput(broker: RunningBroker, args: argparse.Namespace, servers: str,
                     steady.errors.append(problem)
                 else:
                     outcome.runs.append(expected / timing.elapsed)
+                    cpu.runs.append(timing.cpu / expected * 1e6)
                     if timing.steady:  # (the floor has none)
                         steady.runs.append(timing.steady)
             except Exception as exc:
                 outcome.errors.append(f"failed: {type(exc).__name__}: {exc}"[:160])
                 steady.errors.append(outcome.errors[-1])
+                cpu.errors.append(outcome.errors[-1])
             gc.collect()
-    return outcomes + steadies
+    return outcomes + steadies + cpus
 
 
 # --- marker mode and index mode -------------------------------------------------------------

@@ -20,6 +20,7 @@ from eosclient.consumer import (
     ReadCommittedConsumer,
     RecordColumns,
     TopicMetadata,
+    Watermarks,
 )
 from eosclient.errors import (
     AbortableError,
@@ -106,6 +107,7 @@ __all__ = [
     "UnknownPartitionError",
     "UnsupportedVersionError",
     "UsageError",
+    "Watermarks",
     "__version__",
     "accelerated",
     "end_prepared",

@@ -59,7 +59,7 @@ from eosclient._admin.types import (
     TransactionListing,
 )
 from eosclient._args import timeout_of
-from eosclient._consumer.lookups import Ends, OffsetQuery
+from eosclient._consumer.lookups import OffsetQuery, Watermarks
 from eosclient._consumer.protocol import (
     CONSUMER_PROTOCOL,
     read_assignment,
@@ -633,7 +633,7 @@ class Admin:
         return out
 
     def _ends(self, tps: list[TopicPartition], deadline: float, *, want_end: bool,
-              isolation: int) -> dict[TopicPartition, Ends]:
+              isolation: int) -> dict[TopicPartition, Watermarks]:
         """Where ``tps`` begin (and end), as the consumer asks it (a Fetch for the end)."""
         if not tps:
             return {}

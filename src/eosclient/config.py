@@ -541,6 +541,12 @@ class ConsumerConfig(ClientConfig):
         "max.partition.fetch.bytes", integer(1),
         "bytes per partition per Fetch (the first batch comes whole, KIP-74), and the prefetch "
         "buffer per partition; halved per node after an answer over receive.message.max.bytes"))
+    queued_max_messages_kbytes: int = field(default=65_536, metadata=setting(
+        "queued.max.messages.kbytes", integer(1, 2_097_151),
+        "KiB of fetched data waiting for poll(), all partitions together, past which nothing "
+        "more is fetched until poll() takes some (librdkafka's meaning; an answer per leader "
+        "may still be on its way): with max.partition.fetch.bytes per partition, the prefetch "
+        "bound"))
     max_poll_records: int = field(default=500, metadata=setting(
         "max.poll.records", integer(1), "poll()'s default max_records"))
     max_poll_interval_ms: int = field(default=300_000, metadata=setting(

@@ -36,6 +36,7 @@ from typing import Generic, Self, TypeVar, cast
 
 from eosclient._consumer import args
 from eosclient._consumer import commit as committing
+from eosclient._consumer.lookups import Watermarks
 from eosclient._consumer.loop import serialized
 from eosclient._consumer.offsets import OffsetJob
 from eosclient._consumer.partitions import ConsumerRecord
@@ -51,7 +52,7 @@ from eosclient.group_metadata import ConsumerGroupMetadata
 from eosclient.stats import ClientStats
 
 __all__ = ["BinaryColumn", "ConsumerRecord", "ReadCommittedConsumer", "RecordColumns",
-           "TopicMetadata"]
+           "TopicMetadata", "Watermarks"]
 
 _T = TypeVar("_T")
 
@@ -337,27 +338,37 @@ class ReadCommittedConsumer(Generic[KeyT, ValueT]):
         """
         self._session.seek_to(_partitions(partitions), "latest")
 
-    def last_stable_offset(self, partition: TopicPartition, timeout: float | None = None) -> int:
-        """The partition's last stable offset now (asked of its leader with a Fetch).
+    def watermarks(self, partitions: Iterable[TopicPartition], timeout: float | None = None,
+                   ) -> dict[TopicPartition, Watermarks]:
+        """Where each partition begins and ends now: its log start offset, high watermark and
+        last stable offset, asked of every leader at once (one request per leader, however
+        many partitions), so the cost of a thousand partitions is a round trip, not a
+        thousand. The partitions need not be assigned.
 
         Raises:
-            KafkaTimeoutError: no answer within ``timeout``.
-            EosError: the leader answered with an error (an unknown topic, for one).
+            KafkaTimeoutError: no answer for every partition within ``timeout``.
+            EosError: a leader answered with an error (an unknown topic, for one).
             IllegalStateError: the consumer is closed.
         """
-        return self._run(self._session.ends(args.partition_of(partition),
-                                            timeout)).last_stable_offset
+        return self._run(self._session.ends(args.partitions_of(partitions), timeout))
+
+    def last_stable_offset(self, partition: TopicPartition, timeout: float | None = None) -> int:
+        """The partition's last stable offset now (asked of its leader with a Fetch; for
+        many partitions, :meth:`watermarks` asks once). Raises as :meth:`watermarks`."""
+        tp = args.partition_of(partition)
+        return self._run(self._session.ends([tp], timeout))[tp].last_stable_offset
 
     def high_watermark(self, partition: TopicPartition, timeout: float | None = None) -> int:
-        """The partition's high watermark now. Raises as :meth:`last_stable_offset`."""
-        return self._run(self._session.ends(args.partition_of(partition),
-                                            timeout)).high_watermark
+        """The partition's high watermark now. Raises as :meth:`watermarks`."""
+        tp = args.partition_of(partition)
+        return self._run(self._session.ends([tp], timeout))[tp].high_watermark
 
     @serialized
     def lag(self, partition: TopicPartition, timeout: float | None = None) -> int:
         """Records (and markers) between the position and the end: the LSO under
         read_committed, else the high watermark. Raises as :meth:`position`."""
-        ends = self._run(self._session.ends(args.partition_of(partition), timeout))
+        tp = args.partition_of(partition)
+        ends = self._run(self._session.ends([tp], timeout))[tp]
         end = ends.last_stable_offset if self.config.read_committed else ends.high_watermark
         return max(0, end - self.position(partition, timeout))
 

@@ -60,6 +60,9 @@ class ClientStats:
             requests retried. Consumer: 0 (its retries are in ``requests[...].errors``).
         epoch_bumps: KIP-360 epoch bumps after an aborted failed transaction (producer).
         rebalances: Assignments received from the group (consumer).
+        queued_bytes: Consumer: fetched bytes waiting for ``poll()`` now, every partition
+            together (a gauge: ``queued.max.messages.kbytes`` bounds it, give or take an answer
+            per leader). Producer: 0.
         requests: Per API name (``"Produce"``, ``"Fetch"``, ...): :class:`RequestStats`.
     """
 
@@ -72,6 +75,7 @@ class ClientStats:
     retries: int = 0
     epoch_bumps: int = 0
     rebalances: int = 0
+    queued_bytes: int = 0
     requests: Mapping[str, RequestStats] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:

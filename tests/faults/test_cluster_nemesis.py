@@ -3,11 +3,11 @@ schedule moves leaders and the transaction coordinator, bounces brokers and push
 errors, judged from the log's control markers.
 
 The schedule, the marker reader's decisions and the verdict are tested without a broker. The
-fast suite plays one short schedule for eosclient (seed 2 over 8 s: the coordinator's broker
-goes down with the coordinator on it, leaders and the coordinator move, errors on
-AddPartitionsToTxn and EndTxn); the long run (``--long``) plays 6 seeds x 60 s, as
-``python -m eosclient.testing.cluster_nemesis --seeds 1-6 --duration 60 --clients eosclient``
-does.
+fast suite plays one short schedule for eosclient's producer, sync and asyncio (seed 2 over
+8 s: the coordinator's broker goes down with the coordinator on it, leaders and the coordinator
+move, errors on AddPartitionsToTxn and EndTxn); the long run (``--long``) plays 6 seeds x 60 s
+for both, as ``python -m eosclient.testing.cluster_nemesis --seeds 1-6 --duration 60 --clients
+eosclient,eosclient-asyncio`` does.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from eosclient.testing.marker_log import LogBatch, PartitionLog
 
 QUICK = (2, 8.0)  # seed, seconds
 LONG_SEEDS = range(1, 7)
+EOSCLIENT = pytest.mark.parametrize("client", ["eosclient", "eosclient-asyncio"],
+                                    ids=["sync", "asyncio"])
 
 
 # -- the schedule, without a broker ----------------------------------------------------------------
@@ -222,9 +224,10 @@ def test_a_slow_commit_is_a_problem_shown_with_its_log() -> None:
 # -- on the mock -----------------------------------------------------------------------------------
 
 @pytest.mark.mock
-def test_eosclient_under_a_short_schedule() -> None:
+@EOSCLIENT
+def test_eosclient_under_a_short_schedule(client: str) -> None:
     seed, duration = QUICK
-    result = run_cluster_nemesis("eosclient", seed=seed, duration=duration)
+    result = run_cluster_nemesis(client, seed=seed, duration=duration)
     print(format_table([result]))
     assert not result.problems(), result.summary()
     played = [e for e in result.events if not e.endswith((" up", "(the run ended)"))]
@@ -243,10 +246,28 @@ def test_the_command_line_prints_a_row_per_client(capsys: pytest.CaptureFixture[
     assert status in (0, 1)
 
 
+@pytest.mark.mock
+def test_asyncio_is_the_asyncio_producer_for_the_producer_target(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["--seeds", "5", "--duration", "1", "--asyncio"])
+    out = capsys.readouterr().out
+    assert "| eosclient-asyncio | 5 |" in out
+    assert "median eosclient-asyncio:" in out
+    assert status in (0, 1)
+
+
+def test_asyncio_and_clients_together_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--asyncio", "--clients", "eosclient"])
+    assert exited.value.code == 2
+    assert "name it in --clients instead" in capsys.readouterr().err
+
+
 @pytest.mark.long
 @pytest.mark.mock
 @pytest.mark.parametrize("seed", LONG_SEEDS)
-def test_long_run(seed: int) -> None:
-    result = run_cluster_nemesis("eosclient", seed=seed, duration=60)
+@EOSCLIENT
+def test_long_run(client: str, seed: int) -> None:
+    result = run_cluster_nemesis(client, seed=seed, duration=60)
     print(format_table([result]))
     assert not result.problems(), result.summary()

@@ -158,6 +158,7 @@ def test_commit_seek_and_ends_on_an_assigned_partition(
             # the driver once left new connections to the 1-s liveness timer: 3 s for this
             assert time.monotonic() - started < 0.9
             assert await consumer.last_stable_offset(tp, TIMEOUT) == 11  # 10 records, 1 marker
+            assert (await consumer.watermarks([tp], TIMEOUT))[tp][1:] == (11, 11)
             records = []
             async for record in consumer:  # the rest stays buffered: not past the position
                 records.append(record)

@@ -171,6 +171,29 @@ def test_an_open_transaction_is_never_delivered_and_the_ends_show_it(
             assert eos.position(tp) == eos.last_stable_offset(tp) == 6
 
 
+def test_the_watermarks_of_many_partitions_come_from_one_call(
+        broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    create_topic(broker, topic_name, 3)
+    tps = [TopicPartition(topic_name, p) for p in range(3)]
+    with txn_producer(broker, unique_name("a")) as a, txn_producer(broker, unique_name("b")) as b:
+        a.begin_transaction()
+        for p in range(3):
+            for _ in range(p + 1):
+                a.produce(topic_name, b"x", partition=p)
+        a.commit_transaction(15)  # p records and a marker each
+        b.begin_transaction()
+        b.produce(topic_name, b"open", partition=1)  # holds partition 1's LSO
+        assert b.flush(10) == 0
+        with consumer(broker.bootstrap_servers) as eos:  # nothing assigned: not needed
+            ends = eos.watermarks([*tps, tps[0]], TIMEOUT)
+            assert list(ends) == tps  # each once, in the order asked
+            assert [(e.high_watermark, e.last_stable_offset) for e in ends.values()] == [
+                (2, 2), (4, 3), (4, 4)]
+            assert eos.watermarks([], TIMEOUT) == {}
+            b.abort_transaction(15)
+            assert eos.watermarks([tps[1]], TIMEOUT)[tps[1]].last_stable_offset == 5
+
+
 def test_seek_position_commit_and_committed(
         broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
     create_topic(broker, topic_name, 2)

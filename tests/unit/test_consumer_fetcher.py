@@ -256,3 +256,22 @@ def test_a_step_with_every_leaders_fetch_in_flight_reads_no_partition() -> None:
     on_done(Answer(request, SimpleNamespace(error_code=0, responses=[]), None, NODE, on_done))
     fetcher.step(1.0)  # answered: every partition is read, and fetched again
     assert len(read) == 50 and len(client.sent) == 2
+
+
+def test_what_waits_for_poll_in_all_partitions_bounds_the_fetching() -> None:
+    # Each partition's prefetch was bounded (max.partition.fetch.bytes), the sum was not: a
+    # consumer of 1,000 partitions whose application fell behind held up to 1,000 of them.
+    fetcher, client, assignment = setup(2, queued_max_messages_kbytes=2,
+                                        max_partition_fetch_bytes=1500)
+    fetcher.step(0.0)
+    request, on_done = client.sent[-1]
+    assert asked(request) == (2, 2048, [1500, 1500])  # no more than the room left in all
+    response = SimpleNamespace(error_code=0, responses=[SimpleNamespace(topic="t", partitions=[
+        SimpleNamespace(partition_index=0, error_code=0, records=b"\x00" * 2500,
+                        high_watermark=99, last_stable_offset=99)])])
+    on_done(Answer(request, response, None, NODE, on_done))
+    fetcher.step(1.0)  # partition 1 could be fetched, but 2,500 bytes wait for poll()
+    assert len(client.sent) == 1
+    assignment.states[TP("t", 0)].completed = None  # poll() took the answer in and drained it
+    fetcher.step(2.0)
+    assert len(client.sent) == 2 and asked(client.sent[-1][0])[:2] == (2, 2048)

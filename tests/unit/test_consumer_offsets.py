@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from eosclient._consumer import protocol as wire
-from eosclient._consumer.lookups import Ends, OffsetQuery
+from eosclient._consumer.lookups import OffsetQuery, Watermarks
 from eosclient._consumer.offsets import OffsetJob
 from eosclient._core.types import TopicPartition as TP
 from eosclient._net.backoff import Backoff
@@ -145,7 +145,7 @@ def test_the_end_is_a_fetch_after_the_start() -> None:
     assert probe.probe and [p.fetch_offset for t in probe.request.topics
                             for p in t.partitions] == [0, 3]
     query.on_response(probe, probe_answer({A: (0, 10, 8), B: (0, 5, 5)}), 0.0)
-    assert query.done and query.results == {A: Ends(0, 10, 8), B: Ends(3, 5, 5)}
+    assert query.done and query.results == {A: Watermarks(0, 10, 8), B: Watermarks(3, 5, 5)}
 
 
 def test_a_not_leader_answer_retries_after_the_backoff() -> None:
@@ -155,7 +155,7 @@ def test_a_not_leader_answer_retries_after_the_backoff() -> None:
     assert query.stale_leaders and query.steps(0.0, leader) == []
     [again] = query.steps(query.next_timer(), leader)
     query.on_response(again, list_answer({A: (2, 0)}), 1.0)
-    assert query.results == {A: Ends(2, -1, -1)}
+    assert query.results == {A: Watermarks(2, -1, -1)}
 
 
 def test_a_probe_out_of_range_starts_over_and_a_fatal_error_ends_the_query() -> None:

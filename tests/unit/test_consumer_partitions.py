@@ -217,6 +217,22 @@ def test_a_fatal_fetch_error_names_the_partition() -> None:
         offsets(a)
 
 
+def test_a_failed_partition_raises_until_sought_and_a_dropped_one_never_again() -> None:
+    # poll() asks every time whether a partition failed: answered from the ones that did, not
+    # by a pass over every partition; a seek, or the partition leaving the assignment, ends it
+    a = assignment("earliest", A, B)
+    give(a, A, Data(b"", error_code=29))  # TOPIC_AUTHORIZATION_FAILED
+    give(a, B, Data(b"", error_code=29))
+    for _ in range(2):
+        with pytest.raises(FatalError, match="t-0"):
+            offsets(a)
+    a.states[A].seek(0)
+    with pytest.raises(FatalError, match="t-1"):
+        offsets(a)
+    a.replace([A], committed=False)
+    assert offsets(a) == []
+
+
 def test_an_answer_for_a_position_sought_away_from_is_dropped() -> None:
     a = assignment()
     state = a.states[A]

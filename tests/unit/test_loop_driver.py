@@ -64,6 +64,41 @@ def test_a_wakeup_from_any_thread_runs_a_turn_at_once(run_async: Run) -> None:
     run_async(main())
 
 
+class WokenInTurn(Recorder):
+    """A Recorder whose turn, once asked, writes the selector's wakeup while it runs, as a
+    host-name lookup finishing on the resolver's thread does, or leaves an event behind as a
+    connect or handshake finishing does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wake_in_turn = False
+
+    def turn(self, answers: list[Answer]) -> float | None:
+        if self.wake_in_turn:
+            self.wake_in_turn = False
+            self.client.wakeup()
+        return super().turn(answers)
+
+
+def test_an_event_taken_by_the_poll_after_a_turn_runs_another_turn(run_async: Run) -> None:
+    # That poll took the event and returned no answer, and the driver then waited for the
+    # turn's timer: batches for a broker back up waited up to a second (the cluster nemesis).
+    async def main() -> None:
+        io = WokenInTurn()
+        driver = LoopDriver(io)
+        driver.start()
+        await driver.changed(5.0)  # the first turn
+        io.wake_in_turn = True
+        io.wake()
+        await driver.changed(5.0)  # the turn woken, during which the event comes
+        await driver.changed(5.0)  # the turn for that event (not the timer's, 30 s away)
+        assert io.turns == 3
+        io.stop()
+        assert await driver.stopped_after(5.0)
+
+    run_async(main())
+
+
 def test_a_turn_that_raises_crashes_the_client_and_wakes_every_waiter(run_async: Run) -> None:
     async def main() -> None:
         io = Recorder()

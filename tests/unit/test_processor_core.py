@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from eosclient import OutputRecord, TopicPartition
+from eosclient import OutputRecord, TopicPartition, Watermarks
 from eosclient._core.decode import RecordColumns
 from eosclient._processor.core import SOURCE_HEADER, ProcessorCore, ProcessorSettings
 from eosclient._processor.steps import drive
@@ -40,6 +40,11 @@ def columns(first: int, count: int) -> RecordColumns:
     offsets = list(range(first, first + count))
     return RecordColumns("in", 0, offsets, [None] * count, [b"%d" % o for o in offsets],
                          [0] * count, [()] * count)
+
+
+def ends(high: int, stable: int) -> Callable[..., dict[TopicPartition, Watermarks]]:
+    """A ``consumer.watermarks`` answer: every partition asked for at ``high`` / ``stable``."""
+    return lambda tps, *_: {tp: Watermarks(0, high, stable) for tp in tps}
 
 
 class Each(list[Any]):
@@ -96,8 +101,7 @@ _METHODS = {
                  "send_offsets_to_transaction", "commit_transaction", "abort_transaction"],
     "consumer": ["poll_batch", "assignment", "committed", "start_commit", "finish_commit",
                  "seek", "seek_to_beginning",
-                 "group_metadata", "in_generation", "high_watermark", "last_stable_offset",
-                 "topic_metadata"],
+                 "group_metadata", "in_generation", "watermarks", "topic_metadata"],
 }
 _DEFAULTS: dict[str, Any] = {
     "front.open_producer": SimpleNamespace(transaction_timeout_ms=60000),
@@ -272,7 +276,7 @@ def test_partitions_handed_over_and_given_back_start_past_what_this_instance_com
 
     script = Script(consumer__poll_batch=poll,
                     consumer__committed=lambda tps, *_: dict.fromkeys(tps, shown[0]),
-                    consumer__high_watermark=5, consumer__last_stable_offset=5)
+                    consumer__watermarks=ends(5, 5))
     run(script, core, max_records=3, timeout=0.5)
     assert script.args("consumer.seek") == [(TP, 2)]
 
@@ -295,13 +299,32 @@ def test_partitions_assigned_beside_kept_ones_end_the_transaction_and_only_they_
         return {}
 
     script = Script(consumer__poll_batch=poll, consumer__assignment=[TP, new],
-                  consumer__high_watermark=5, consumer__last_stable_offset=5)
+                  consumer__watermarks=ends(5, 5))
     stats = run(script, core, max_records=10, timeout=0.3)
     names = script.names()
     assert names.index("producer.commit_transaction") < names.index("front.probe")
     assert script.args("consumer.committed") == [([new],)]
     assert script.args("consumer.seek") == [(new, 0)]  # the kept partition goes on from 2
     assert stats.transactions_aborted == 0
+
+
+def test_new_partitions_wait_for_every_output_partition_asking_all_at_once(
+        kind: type[Script]) -> None:
+    # The output's ends are asked in one call for every partition (one request per leader),
+    # not one call per partition: a thousand partitions were two thousand round trips before
+    # the first record. Asked again, only the partitions still open are named.
+    outputs = [TopicPartition("out", p) for p in range(1000)]
+    stable = Each([{tp: Watermarks(0, 5, 5) for tp in outputs},  # the marks of now
+                   {tp: Watermarks(0, 5, 3 if tp.partition in (7, 9) else 5) for tp in outputs},
+                   {tp: Watermarks(0, 5, 3 if tp.partition == 9 else 5) for tp in outputs[7:10]},
+                   {outputs[9]: Watermarks(0, 5, 5)}])
+    script = kind(producer__partitions_for=outputs, consumer__watermarks=stable)
+    core = ProcessorCore(settings())
+    steps_on(script, core.run(0, 1.0, None))  # opens the clients: the outputs are known
+    steps_on(script, core.on_assign([TP]))
+    asked = script.args("consumer.watermarks")
+    assert [len(a[0]) for a in asked] == [1000, 1000, 2, 1]
+    assert asked[2][0] == [outputs[7], outputs[9]]
 
 
 def test_a_committed_transactions_offsets_are_committed_again_plainly() -> None:
@@ -364,7 +387,7 @@ def test_partitions_lost_and_given_back_start_past_what_this_instance_committed(
         return {}
 
     script = Script(consumer__poll_batch=poll, consumer__committed=lambda tps, *_: {TP: 0},
-                    consumer__high_watermark=5, consumer__last_stable_offset=5,
+                    consumer__watermarks=ends(5, 5),
                     front__sleep=lambda seconds: None)
     run(script, core, max_records=3, timeout=0.5)
     names = script.names()

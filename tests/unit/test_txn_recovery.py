@@ -248,6 +248,35 @@ def test_a_bump_that_skips_an_epoch_is_a_fence(rejected: bool) -> None:
     assert driver.poll() == []
 
 
+@pytest.mark.parametrize(("lost", "others", "fenced"), [
+    (1, 0, False),  # the lost attempt bumped, the retry bumped again: epoch 2 is this one's
+    (2, 0, False),  # two lost, each bumped: epoch 3
+    (1, 1, True),  # one lost, and another instance's init_transactions() too: epoch 3
+])
+def test_a_retried_bump_may_skip_the_epochs_its_lost_attempts_took(
+        lost: int, others: int, fenced: bool) -> None:
+    # noida-db bumps again on a retried KIP-360 bump (Kafka answers the epoch it gave): a
+    # cluster nemesis run lost a bump's answer to a node going down, and the retry's epoch + 2
+    # fenced a producer that no other instance had touched
+    driver = Driver()
+    done, bump = kip360_abort_until_the_bump(driver)
+    for _ in range(lost):
+        driver.coordinator.epoch += 1  # it landed; its answer did not come back
+        driver.lose(bump)
+        driver.run(FIND)
+        (bump,) = driver.expect(INIT)
+        assert_bump_form(bump, epoch=0)  # the retry still bumps from what this one holds
+    driver.coordinator.epoch += others
+    driver.respond(bump)
+    core = driver.core
+    if fenced:
+        assert core.state is State.FENCED and isinstance(done.error, FencedError)
+        assert core.identity == ProducerIdentity(PID, 0)
+    else:
+        assert done.done and done.error is None and core.state is State.READY
+        assert core.identity == ProducerIdentity(PID, lost + 1)
+
+
 def test_a_new_producer_id_at_epoch_zero_is_a_successor() -> None:
     # Kafka rotates the producer id when the epoch runs out (KIP-360)
     driver = Driver()

@@ -2,7 +2,10 @@
 
 Runs under the consumer's lock, on the I/O thread, once per loop step. Per leader, at most one
 Fetch is in flight, carrying every partition that is fetchable (:meth:`PartitionState.fetchable`:
-positioned, nothing waiting to be fed, ready buffer under ``max.partition.fetch.bytes``). Its
+positioned, nothing waiting to be fed, ready buffer under ``max.partition.fetch.bytes``), while
+what waits for ``poll()`` in all (every partition's ready buffer and unread answer) is under
+``queued.max.messages.kbytes`` (librdkafka's bound: without it, a consumer of 1,000 partitions
+whose application falls behind holds up to 1,000 times ``max.partition.fetch.bytes``). Its
 answer is left on each partition as a :class:`CompletedFetch` for ``poll()`` to decode and filter
 on the application's thread, and the partition is fetched again as soon as ``poll()`` has taken
 it in: the next response is on its way while the application works through the previous one.
@@ -42,7 +45,7 @@ from functools import partial
 from typing import Any, Final
 
 from eosclient._consumer import protocol as wire
-from eosclient._consumer.lookups import Ends, OffsetQuery, Step
+from eosclient._consumer.lookups import OffsetQuery, Step, Watermarks
 from eosclient._consumer.loop import UNCHANGED, IoLoop
 from eosclient._consumer.partitions import (
     Assignment,
@@ -122,6 +125,7 @@ class Fetcher:
         self._quiet_until: dict[int, float] = {}
         self._empty: dict[int, int] = {}  # node -> empty answers in a row, not held by it
         self._max_pause = min(self._max_wait, _EMPTY_PAUSE_MAX)
+        self._queue_cap = config.queued_max_messages_kbytes * 1024
         self.caps: dict[int, Cap] = {}  # node -> what it is asked for at most (module docstring)
         self._fits: dict[int, int] = {}  # node -> answers with data read in a row under its cap
         self._turns: dict[int, int] = {}  # node -> where its next capped Fetch starts
@@ -139,35 +143,37 @@ class Fetcher:
         self.queries.append(query)
         return query
 
-    def ends(self, tp: TopicPartition, loop: IoLoop, deadline: float,
-             check: Callable[[], None]) -> Steps[Ends]:
-        """Where ``tp`` begins and ends now (steps run under the lock).
+    def ends(self, tps: list[TopicPartition], loop: IoLoop, deadline: float,
+             check: Callable[[], None]) -> Steps[dict[TopicPartition, Watermarks]]:
+        """Where each of ``tps`` begins and ends now, asked of their leaders at once (one
+        request per leader, not one per partition; steps run under the lock).
 
         Raises:
             KafkaTimeoutError: no answer by ``deadline``.
-            EosError: the leader's error; the metadata says the topic or partition is missing.
+            EosError: the leader's error; the metadata says a topic or partition is missing.
         """
-        self._metadata.want((tp.topic,))
-        query = self.query([tp], want_end=True)
+        self._metadata.want({tp.topic for tp in tps})
+        query = self.query(tps, want_end=True)
+        what = (f"the end offsets of {tps[0]}" if len(tps) == 1 else
+                f"the end offsets of {len(tps)} partitions")
         try:
-            yield from wait_until(loop, lambda: query.done, deadline,
-                                  f"the end offsets of {tp}", lambda: self.check_ends(tp, check),
-                                  unchanged=UNCHANGED)
+            yield from wait_until(loop, lambda: query.done, deadline, what,
+                                  lambda: self.check_ends(tps, check), unchanged=UNCHANGED)
         finally:
             self.queries.remove(query)
         if query.error is not None:
             raise query.error
-        return query.results[tp]
+        return query.results
 
-    def check_ends(self, tp: TopicPartition, check: Callable[[], None]) -> None:
-        """What ends a wait for ``tp``'s end offsets early: ``check()``, or the metadata
-        saying the topic or partition is missing.
+    def check_ends(self, tps: list[TopicPartition], check: Callable[[], None]) -> None:
+        """What ends a wait for end offsets early: ``check()``, or the metadata saying a
+        topic or partition of ``tps`` is missing.
 
         Raises:
             EosError: either of them.
         """
         check()
-        error = missing([tp], self._metadata)
+        error = missing(tps, self._metadata)
         if error is not None:
             raise error
 
@@ -202,7 +208,9 @@ class Fetcher:
         timer = float("inf")
         bound = self._assignment.max_partition_bytes
         by_node: dict[int, list[PartitionState]] = {}
+        queued = 0  # what waits for poll(), all partitions together
         for state in self._assignment:
+            queued += state.queued_bytes
             if not state.fetchable(now, bound):
                 if state.phase is Phase.FETCHING and state.retry_at > now:
                     timer = min(timer, state.retry_at)
@@ -215,8 +223,11 @@ class Fetcher:
                 timer = min(timer, quiet)
                 continue
             by_node.setdefault(node, []).append(state)
+        room = self._queue_cap - queued
+        if room <= 0:  # poll() takes some first; the loop steps again at every poll()
+            return timer
         for node, states in by_node.items():
-            self._fetch(node, states, now)
+            self._fetch(node, states, now, room)
         return timer
 
     def _leaders(self) -> set[int]:
@@ -228,10 +239,10 @@ class Fetcher:
             self._leaders_of = key
         return self._leader_nodes
 
-    def _fetch(self, node: int, states: list[PartitionState], now: float) -> None:
+    def _fetch(self, node: int, states: list[PartitionState], now: float, room: int) -> None:
         config = self._config
         states.sort(key=lambda s: -s.max_bytes)  # KIP-74: a grown partition goes first
-        max_bytes, cap = config.fetch_max_bytes, self.caps.get(node)
+        max_bytes, cap = min(config.fetch_max_bytes, room), self.caps.get(node)
         limits = [s.max_bytes for s in states]
         if cap is not None:  # in turns, so that partitions with data are not left behind
             turn = self._turns.get(node, 0) % len(states)

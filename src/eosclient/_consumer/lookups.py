@@ -23,14 +23,15 @@ from eosclient._core.types import TopicPartition
 from eosclient._net.backoff import Backoff
 from eosclient.errors import ApiKey, EosError, RetriableError, error_for
 
-__all__ = ["Ends", "OffsetQuery", "Step"]
+__all__ = ["OffsetQuery", "Step", "Watermarks"]
 
 _PROBE_WAIT_MS: Final = 10  # Tansu answers a Fetch with max_wait_ms 0 with no topics at all
 _PROBE_BYTES: Final = 1  # the answer's offsets are wanted, not its records
 
 
-class Ends(NamedTuple):
-    """Where a partition begins and ends."""
+class Watermarks(NamedTuple):
+    """Where a partition begins and ends, as its leader answered
+    (:meth:`ReadCommittedConsumer.watermarks <eosclient.ReadCommittedConsumer.watermarks>`)."""
 
     log_start_offset: int
     high_watermark: int  # -1 unless the end was asked for
@@ -61,7 +62,7 @@ class OffsetQuery:
                  backoff: Backoff) -> None:
         self.want_end = want_end
         self.isolation = isolation
-        self.results: dict[TopicPartition, Ends] = {}
+        self.results: dict[TopicPartition, Watermarks] = {}
         self.error: EosError | None = None
         self.stale_leaders = False  # a retriable error says the metadata may be stale
         self._todo: dict[TopicPartition, int | None] = dict.fromkeys(partitions)
@@ -115,7 +116,7 @@ class OffsetQuery:
             if answer is None or answer.error_code:
                 self._on_error(ApiKey.LIST_OFFSETS, tp, answer.error_code if answer else 3, now)
             elif not self.want_end:
-                self._finish(tp, Ends(answer.offset or 0, -1, -1))
+                self._finish(tp, Watermarks(answer.offset or 0, -1, -1))
             elif tp in self._todo:
                 self._todo[tp] = answer.offset
 
@@ -131,7 +132,7 @@ class OffsetQuery:
             elif data.error_code:
                 self._on_error(ApiKey.FETCH, tp, data.error_code, now)
             else:
-                self._finish(tp, Ends(start, data.high_watermark, data.last_stable_offset))
+                self._finish(tp, Watermarks(start, data.high_watermark, data.last_stable_offset))
 
     def _on_error(self, api: ApiKey, tp: TopicPartition, code: int, now: float) -> None:
         error = error_for(api, code, f"{tp.topic}-{tp.partition}")
@@ -147,7 +148,7 @@ class OffsetQuery:
         for tp in partitions:
             self._retry_at[tp] = now + delay
 
-    def _finish(self, tp: TopicPartition, ends: Ends) -> None:
+    def _finish(self, tp: TopicPartition, ends: Watermarks) -> None:
         if self._todo.pop(tp, False) is not False:
             self.results[tp] = ends
 

@@ -107,6 +107,7 @@ class PartitionState:
         self.last_stable_offset = self.high_watermark = -1
         self.positioned = False  # sought since the last reset: the position is known
         self.paused = False
+        self.failures: set[PartitionState] | None = None  # its assignment's: fail() joins it
 
     @property
     def position(self) -> int | None:
@@ -115,6 +116,12 @@ class PartitionState:
         if not self.positioned or self.phase not in (Phase.FETCHING, Phase.FAILED):
             return None
         return self.ready.position
+
+    @property
+    def queued_bytes(self) -> int:
+        """Fetched bytes waiting for ``poll()``: its ready buffer and its unread answer."""
+        completed = self.completed
+        return self.ready.nbytes + (len(completed.data.records or b"") if completed else 0)
 
     def fetchable(self, now: float, buffer_bytes: int) -> bool:
         """Whether the I/O thread may fetch it now."""
@@ -147,6 +154,8 @@ class PartitionState:
         self.phase = Phase.FAILED
         self.error = error
         self.token += 1
+        if self.failures is not None:
+            self.failures.add(self)
 
     def settle(self, rewound: bool, error: EosError | None) -> None:
         """Act (under the lock) on what draining outside it found: a rewound filter, an error."""
@@ -197,9 +206,15 @@ class Assignment:
         self.stale_leaders = False  # a Fetch error says the metadata is out of date
         self.fed = 0  # partition answers taken in (stats())
         self._turn = 0
+        self._failures: set[PartitionState] = set()  # every state that failed (and may be)
 
     def __iter__(self) -> Iterator[PartitionState]:
         return iter(self.states.values())
+
+    @property
+    def queued_bytes(self) -> int:
+        """Fetched bytes waiting for ``poll()``, every partition together."""
+        return sum(state.queued_bytes for state in self.states.values())
 
     def replace(self, partitions: Iterable[TopicPartition], *, committed: bool) -> None:
         """Assign exactly ``partitions``; kept ones keep their state, new ones start in
@@ -213,6 +228,7 @@ class Assignment:
                                        max_held_bytes=self.max_held_bytes)
                 state = PartitionState(tp, filt, self.max_partition_bytes,
                                        self.max_batch_bytes, check_crcs=self.check_crcs)
+                state.failures = self._failures
                 self.start(state, committed=committed)
             states[tp] = state
         self.states = states
@@ -319,8 +335,12 @@ class Assignment:
         for state, rewound, error in followups:
             if state is self.states.get(state.tp):
                 state.settle(rewound, error)
+        if not self._failures:  # every poll asks: no pass over every partition for nothing
+            return None
+        self._failures.difference_update([s for s in self._failures if s.phase is not Phase.FAILED
+                                          or self.states.get(s.tp) is not s])
         return next((s.error for s in self.states.values()
-                     if s.phase is Phase.FAILED and s.drained), None)
+                     if s in self._failures and s.drained), None)
 
     def _fetch_error(self, state: PartitionState, code: int, now: float, backoff: float) -> None:
         error = error_for(ApiKey.FETCH, code)

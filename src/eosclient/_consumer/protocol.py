@@ -40,6 +40,7 @@ from kafka.protocol.consumer import ConsumerProtocolAssignment, ConsumerProtocol
 
 from eosclient._core.types import TopicPartition
 from eosclient._protocol.apis import APIS
+from eosclient._protocol.fetch_request import FetchRequest
 from eosclient.errors import ApiKey, ProtocolError
 
 __all__ = [
@@ -358,21 +359,14 @@ def read_list_offsets(response: Any) -> dict[TopicPartition, Offset]:
 
 def fetch(partitions: Iterable[tuple[TopicPartition, int, int]], *, isolation: int,
           max_wait_ms: int, min_bytes: int, max_bytes: int,
-          epochs: Mapping[TopicPartition, int] | None = None) -> Any:
+          epochs: Mapping[TopicPartition, int] | None = None) -> FetchRequest:
     """Fetch (v4+) of ``(partition, fetch offset, partition max bytes)``, in the order given
     (KIP-74: only the first partition may exceed its limit), without a fetch session; each
-    partition at its leader epoch in ``epochs`` (KIP-320, v9+), -1 (unchecked) if absent."""
-    cls = APIS[ApiKey.FETCH].request
-    topics: dict[str, list[Any]] = {}
-    epoch_of = (epochs or {}).get
-    for tp, offset, limit in partitions:
-        topics.setdefault(tp.topic, []).append(cls.FetchTopic.FetchPartition(
-            partition=tp.partition, current_leader_epoch=epoch_of(tp, -1), fetch_offset=offset,
-            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=limit))
-    return cls(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-               isolation_level=isolation, session_id=0, session_epoch=-1,
-               topics=[cls.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
-               forgotten_topics_data=[], rack_id="")
+    partition at its leader epoch in ``epochs`` (KIP-320, v9+), -1 (unchecked) if absent.
+    Written by :mod:`eosclient._protocol.fetch_request`, not kafka-python (its docstring
+    says why)."""
+    return FetchRequest(partitions, isolation=isolation, max_wait_ms=max_wait_ms,
+                        min_bytes=min_bytes, max_bytes=max_bytes, epochs=epochs)
 
 
 def fetched(response: Any) -> Iterable[tuple[TopicPartition, Any]]:

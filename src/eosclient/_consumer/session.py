@@ -52,7 +52,7 @@ from eosclient._consumer import args
 from eosclient._consumer.deserialize import Deserialized, deserialize
 from eosclient._consumer.fetcher import Fetcher
 from eosclient._consumer.group import GroupCoordinator, RebalanceCallback, step_callback
-from eosclient._consumer.lookups import Ends
+from eosclient._consumer.lookups import Watermarks
 from eosclient._consumer.loop import UNCHANGED, IoLoop
 from eosclient._consumer.membership import State
 from eosclient._consumer.partitions import (
@@ -323,7 +323,7 @@ class ConsumerSession:
         with self.lock:
             return ClientStats(
                 "consumer", self.config.client_id, records=self._delivered,
-                batches=self.assignment.fed,
+                batches=self.assignment.fed, queued_bytes=self.assignment.queued_bytes,
                 rebalances=self.group.assignments if self.group is not None else 0,
                 requests=self.loop.client.latency.snapshot())
 
@@ -515,17 +515,20 @@ class ConsumerSession:
             raise (state.error or IllegalStateError(f"{tp} lost")).with_traceback(None)
         return found
 
-    def ends(self, tp: TopicPartition, timeout: float | None) -> Steps[Ends]:
-        """Where ``tp`` (checked) begins and ends now, asked of its leader.
+    def ends(self, tps: list[TopicPartition], timeout: float | None,
+             ) -> Steps[dict[TopicPartition, Watermarks]]:
+        """Where each of ``tps`` (checked) begins and ends now, asked of the leaders at once.
 
         Raises:
             KafkaTimeoutError: no answer by ``timeout``.
-            EosError: the leader answered with an error.
+            EosError: a leader answered with an error.
             IllegalStateError: the consumer is closed.
         """
         deadline = self.deadline(timeout)
         self.check_open()
-        return (yield from self.fetcher.ends(tp, self.loop, deadline, self.check_open))
+        if not tps:
+            return {}
+        return (yield from self.fetcher.ends(tps, self.loop, deadline, self.check_open))
 
     def committed(self, tps: list[TopicPartition], timeout: float | None,
                   ) -> Steps[dict[TopicPartition, int | None]]:

@@ -172,6 +172,7 @@ class Job:
     sent_version: int | None = None  # the version the I/O layer sent it at, once answered
     closes_in_a_row: int = 0  # END_TXN: attempts the broker answered by closing the connection
     maybe_applied: bool = False  # a request of it was lost: the broker may have acted
+    lost_answers: int = 0  # how many of its requests were lost (each may have acted)
     done: bool = False
 
 
@@ -507,6 +508,7 @@ class Conversation:
                                                                         job.attempts)
         job.not_before = now + min(base * 2 ** (tries - 1), self._backoff_max)
         job.maybe_applied = job.maybe_applied or lost
+        job.lost_answers += lost
         if error is not None:
             self.last_retriable = error
         rediscover = rediscover or lost or (error is not None and error.code in _REDISCOVER)

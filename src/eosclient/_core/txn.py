@@ -201,8 +201,14 @@ The rules the answers follow (the review that found each is in the tests' commen
   whoever asks. Residual risk, documented: if another instance took the id over just before that
   plain fallback, the fallback fences it too; this producer still reports FENCED, so neither
   commits with a stale epoch, but the id has no live owner until an instance re-initialises.
-  A broker that does not recognise a retried bump (noida-db bumps again) makes a lost bump answer
-  end in FENCED too: safe, and a new producer recovers. Apache Kafka (from reading its
+  A broker that does not recognise a retried bump (noida-db bumps again) gives epoch + 2 to the
+  retry of a bump whose first answer was lost: a bump whose ``k`` earlier attempts lost their
+  answers takes up to epoch + 1 + ``k`` as its own (each may have bumped). What that cannot tell
+  apart: another instance's InitProducerId landing where the lost attempt did not; this
+  producer then takes the id over, as the latest InitProducerId does on any broker, and the
+  other is fenced; neither commits with a stale epoch. (Until a cluster nemesis run lost a
+  bump's answer on noida-db, this ended in FENCED, and the application had to make a new
+  producer.) Apache Kafka (from reading its
   coordinator; no Kafka runs here) fences a transaction still open when the KIP-360 form comes,
   answers CONCURRENT_TRANSACTIONS, and then PRODUCER_FENCED to the retry, so re-initialising
   before the EndTxn landed ends in FENCED there too.
@@ -452,14 +458,17 @@ class Completion:
             self.done, self._error = True, error
 
 
-def is_successor(old: ProducerIdentity, new: ProducerIdentity) -> bool:
+def is_successor(old: ProducerIdentity, new: ProducerIdentity, lost: int = 0) -> bool:
     """Whether ``new`` is what bumping ``old`` gives: the same producer id with epoch + 1, or a
     new producer id at epoch 0 (the epoch ran out, or the coordinator forgot the producer id).
+    ``lost`` earlier attempts of the same bump whose answers were lost may each have bumped
+    too, on a broker that does not recognise a retried bump (noida-db; Kafka answers a retry
+    with the epoch it gave): then up to epoch + 1 + ``lost``.
 
     Anything else means another instance re-initialised the transactional.id in between.
     """
     if new.producer_id == old.producer_id:
-        return new.epoch == old.epoch + 1
+        return old.epoch + 1 <= new.epoch <= old.epoch + 1 + lost
     return new.epoch == 0
 
 
@@ -1392,7 +1401,7 @@ class TransactionCore:
 
     def _new_identity(self, job: Job, new: ProducerIdentity, form: InitForm, now: float) -> None:
         old, wanted = self.identity, job.bump_from
-        if wanted != NO_IDENTITY and not is_successor(wanted, new):
+        if wanted != NO_IDENTITY and not is_successor(wanted, new, job.lost_answers):
             fenced = FencedError(
                 f"InitProducerId ({form.name.lower()} form) from producer id "
                 f"{wanted.producer_id}, epoch {wanted.epoch} returned producer id "
@@ -1400,12 +1409,16 @@ class TransactionCore:
                 "transactional.id meanwhile, so this one is fenced", api=ApiKey.INIT_PRODUCER_ID)
             self._transition(Input.RECV_FENCED, str(fenced), error=fenced, now=now)
             return
+        twice = ""
+        if new.producer_id == wanted.producer_id and new.epoch > wanted.epoch + 1:
+            twice = (f"; the {job.lost_answers} earlier attempt(s) whose answer was lost bumped "
+                     "it too (this broker does not recognise a retried bump)")
         self.identity = new
         if old != NO_IDENTITY:  # a successor (the same id bumped, or a new id at epoch 0)
             self.counts.epoch_bumps += 1
         self._outbox.append(SequencesReset(old, new))
         self._transition(Input.RECV_INIT_OK, f"producer id {new.producer_id}, epoch "
-                         f"{new.epoch} ({form.name.lower()} form)", now=now)
+                         f"{new.epoch} ({form.name.lower()} form){twice}", now=now)
         if new.producer_id != old.producer_id:  # (after READY noted the old id's abort)
             # Epoch 0: no transaction of this producer id came before this client's; a higher
             # epoch: an earlier instance held it, and aborted records who knows where

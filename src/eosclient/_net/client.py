@@ -156,6 +156,11 @@ class NetworkClient:
             end.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self.closed = False
+        # Whether the last poll handled an event (a socket's or a wakeup): what it changed (a
+        # connect finished or failed, a handshake done, an application's call) may need a turn
+        # though it returned no answer. The thread turns after every poll; the asyncio front
+        # reads this (LoopDriver).
+        self.polled_events = False
 
     # -- any thread ----------------------------------------------------------------------------
 
@@ -262,15 +267,21 @@ class NetworkClient:
             nearest = min(nearest, self.unreachable_since + self._gone_after)
         return nearest
 
+    def wait_for(self, timeout: float) -> float:
+        """How long a poll asked to wait ``timeout`` seconds may wait: no longer than the next
+        connection deadline (:meth:`next_timer`), and not at all with answers at hand."""
+        if self._answers:
+            return 0.0
+        return max(0.0, min(timeout, self.next_timer() - self._clock()))
+
     def poll(self, timeout: float) -> list[Answer]:
-        """Wait at most ``timeout`` seconds for I/O; return the requests that finished.
+        """Wait at most ``timeout`` seconds for I/O (:meth:`wait_for`); return the requests
+        that finished (:attr:`polled_events` says whether anything happened).
 
         Call without the owner's lock; hand the answers to :meth:`dispatch` under it.
         """
-        if self._answers:
-            timeout = 0.0
-        wait = max(0.0, min(timeout, self.next_timer() - self._clock()))
-        events = self._selector.select(wait)
+        events = self._selector.select(self.wait_for(timeout))
+        self.polled_events = bool(events)
         now = self._clock()
         for key, mask in events:
             conn = key.data

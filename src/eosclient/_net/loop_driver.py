@@ -10,10 +10,12 @@ a file descriptor (epoll, kqueue), readable whenever one of its sockets is ready
 socketpair was written, so the loop watches that one descriptor (``add_reader``) and a timer
 (``call_later``), and on either runs ``poll(0)``, a turn, and ``poll(0)`` again (which starts
 the connects the turn asked for and writes what it sent, as the thread's next poll would before
-it waits; a turn whose answers come back at once is followed by another). Nothing is written
-twice: the core, accumulator, read_committed filter and group logic are the sync client's
-objects, and no thread is started (host-name lookups still run on the resolver's thread, which
-wakes the selector).
+it waits; a turn whose answers come back at once is followed by another, and one whose poll
+handled an event without an answer by another soon, as the thread turns after every poll). The
+timer is the turn's timeout, cut to the connections' next deadline as the thread's poll cuts its
+wait (:meth:`NetworkClient.wait_for`). Nothing is written twice: the core, accumulator,
+read_committed filter and group logic are the sync client's objects, and no thread is started
+(host-name lookups still run on the resolver's thread, which wakes the selector).
 
 Application calls made on the loop's thread wake the driver the way they wake the I/O thread
 (:meth:`IoThread.wake` writes the socketpair, which the selector reports). A coroutine that waits
@@ -138,9 +140,14 @@ class LoopDriver:
                     break
                 client.report()  # error_cb
                 # What the thread's poll does before it waits: start the connects the turn
-                # asked for and write what it sent. Its answers (a failed connect) turn at once.
+                # asked for and write what it sent. Its answers (a failed connect) turn at once;
+                # an event without one (a connect or handshake finished, a wakeup) turns soon,
+                # as the thread turns after every poll: else the batches waiting for a broker
+                # that came back waited for the timer (up to a second: the cluster nemesis).
                 answers = client.poll(0.0)
                 if not answers:
+                    if client.polled_events:
+                        timeout = 0.0
                     break
         except BaseException as exc:  # a bug: make every waiting call see it
             self._stop()
@@ -150,8 +157,8 @@ class LoopDriver:
         else:
             if timeout is None:
                 self._stop()
-            else:
-                self._timer = self._loop.call_later(timeout, self._ready)
+            else:  # no later than the connections' deadlines, as the thread's poll waits
+                self._timer = self._loop.call_later(client.wait_for(timeout), self._ready)
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             _settle(waiter)

@@ -11,7 +11,7 @@ The ports a front provides:
 
 * ``consumer``: a read_committed consumer (sync or async) with ``poll_batch``, ``assignment``,
   ``committed``, ``seek``, ``seek_to_beginning``, ``group_metadata``, ``in_generation``,
-  ``high_watermark``, ``last_stable_offset``, ``topic_metadata``, and ``start_commit`` (a plain
+  ``watermarks``, ``topic_metadata``, and ``start_commit`` (a plain
   commit begun, not waited for: its job, None if out of the generation) with
   ``finish_commit(job, timeout)``;
 * ``producer``: a transactional producer with ``init_transactions``, ``partitions_for``,
@@ -316,7 +316,11 @@ class ProcessorCore:
         txn = self._txn
         if txn is None:
             return
-        yield from self._secured()  # offsets are written in order: the last ones first
+        # Offsets are written in order, the last plain commit answered first. Not later (before
+        # EndTxn, say): Kafka applies a transaction's offsets at its marker only where no
+        # offset record came after its TxnOffsetCommit's in the offsets log, so a plain commit
+        # of the older offsets that lands after it would win, and the group go back.
+        yield from self._secured()
         if txn.offsets:
             metadata = yield Io("consumer", "group_metadata")
             yield Io("producer", "send_offsets_to_transaction", (txn.offsets, metadata))
@@ -548,17 +552,18 @@ class ProcessorCore:
         or a stopped instance's can hold it longer, and then the processor goes on with a
         WARNING (on Kafka and noida-db the offsets are final anyway; on Tansu they may be old).
         """
-        marks = {}
-        for tp in self._outputs or []:
-            marks[tp] = yield Io("consumer", "high_watermark", (tp,))
+        outputs = list(self._outputs or [])
+        if not outputs:
+            return
+        ends = yield Io("consumer", "watermarks", (outputs,))  # one request per leader
+        marks = {tp: ends[tp].high_watermark for tp in outputs}
         started = time.monotonic()
         warned = False
         attempt = 0
         while True:
-            open_ = []
-            for tp, mark in sorted(marks.items()):
-                if (yield Io("consumer", "last_stable_offset", (tp,))) < mark:
-                    open_.append(tp.partition)
+            ends = yield Io("consumer", "watermarks", (sorted(marks),))
+            marks = {tp: mark for tp, mark in marks.items() if ends[tp].last_stable_offset < mark}
+            open_ = sorted(tp.partition for tp in marks)
             waited = time.monotonic() - started
             if not open_:
                 return

@@ -30,6 +30,7 @@ from typing import Generic, Self, TypeVar, cast
 from eosclient._args import timeout_of
 from eosclient._consumer import args
 from eosclient._consumer import commit as committing
+from eosclient._consumer.lookups import Watermarks
 from eosclient._consumer.offsets import OffsetJob
 from eosclient._consumer.partitions import ConsumerRecord
 from eosclient._consumer.session import ConsumerSession, TopicMetadata
@@ -279,21 +280,27 @@ class AsyncReadCommittedConsumer(Generic[KeyT, ValueT]):
         found = await self._run(self._session.position(tp, timeout))
         return self._unbuffered().get(tp, found)
 
+    async def watermarks(self, partitions: Iterable[TopicPartition],
+                         timeout: float | None = None) -> dict[TopicPartition, Watermarks]:
+        """As :meth:`ReadCommittedConsumer.watermarks`."""
+        return await self._run(self._session.ends(args.partitions_of(partitions), timeout))
+
     async def last_stable_offset(self, partition: TopicPartition,
                                  timeout: float | None = None) -> int:
         """As :meth:`ReadCommittedConsumer.last_stable_offset`."""
-        ends = await self._run(self._session.ends(args.partition_of(partition), timeout))
-        return ends.last_stable_offset
+        tp = args.partition_of(partition)
+        return (await self._run(self._session.ends([tp], timeout)))[tp].last_stable_offset
 
     async def high_watermark(self, partition: TopicPartition,
                              timeout: float | None = None) -> int:
         """As :meth:`ReadCommittedConsumer.high_watermark`."""
-        ends = await self._run(self._session.ends(args.partition_of(partition), timeout))
-        return ends.high_watermark
+        tp = args.partition_of(partition)
+        return (await self._run(self._session.ends([tp], timeout)))[tp].high_watermark
 
     async def lag(self, partition: TopicPartition, timeout: float | None = None) -> int:
         """As :meth:`ReadCommittedConsumer.lag`."""
-        ends = await self._run(self._session.ends(args.partition_of(partition), timeout))
+        tp = args.partition_of(partition)
+        ends = (await self._run(self._session.ends([tp], timeout)))[tp]
         end = ends.last_stable_offset if self.config.read_committed else ends.high_watermark
         return max(0, end - await self.position(partition, timeout))
 

@@ -24,14 +24,17 @@ A broker that goes down keeps leading what it led until it is back: the mock doe
 :func:`run_cluster_nemesis` gives each run a fresh :class:`~eosclient.testing.mock.MockCluster`
 of three brokers with one topic of six partitions (replication factor 3, leaders 1, 2, 3, 1, 2,
 3) and the coordinator on broker 1, initialises one transactional producer of the client asked
-for (``eosclient``: :class:`~eosclient.TransactionalProducer`; ``confluent-kafka``:
-``confluent_kafka.Producer`` with ``transactional.id``; both ``linger.ms=5``, all else each
-client's default), then plays the schedule in a thread while the application loop runs
-transactions of 20 records (record ``i`` to partition ``i % 6``, each value naming its
-transaction and record) for ``duration`` seconds. The loop does what the clients' documentation
-asks of an application: a retriable error (a timed-out commit included) calls the same method
-again, an abortable one aborts and goes on with the next transaction, a fatal one closes the
-producer and makes a new one. It writes down what it was told about each transaction:
+for (``eosclient``: :class:`~eosclient.TransactionalProducer`; ``eosclient-asyncio``:
+:class:`~eosclient.aio.AsyncTransactionalProducer`, on an event loop the run keeps in its own
+thread; ``confluent-kafka``: ``confluent_kafka.Producer`` with ``transactional.id``; all
+``linger.ms=5``, all else each client's default), then plays the schedule in a thread while the
+application loop runs transactions of 20 records (record ``i`` to partition ``i % 6``, each
+value naming its transaction and record) for ``duration`` seconds. The loop does what the
+clients' documentation asks of an application: a retriable error (a timed-out commit included)
+calls the same method again, an abortable one aborts and goes on with the next transaction, a
+fatal one closes the producer and makes a new one. Its decisions are written once and carried
+out by a sync and an asyncio driver, so both eosclient fronts run the same loop. It writes down
+what it was told about each transaction:
 
 * ``committed``: ``commit_transaction()`` returned;
 * ``aborted``: ``abort_transaction()`` returned (after a send or the commit failed);
@@ -77,7 +80,9 @@ fences nobody, so a re-created producer's predecessor is never fenced by the bro
 From a shell (one row per seed per client, then the median rate per client and their ratio)::
 
     python -m eosclient.testing.cluster_nemesis --seeds 1-6 --duration 30 \\
-        --clients eosclient,confluent-kafka
+        --clients eosclient,eosclient-asyncio,confluent-kafka
+
+(``--asyncio`` alone is ``--clients eosclient-asyncio``, as the other targets' flag.)
 
 Targets. Everything above is the ``producer`` target. The schedule and the writer's verdict
 serve two more, through a :class:`~eosclient.testing.cluster_front.ClusterFront` over a real
@@ -91,13 +96,14 @@ errors; :class:`Player` plays either kind of schedule on a :class:`Cluster`::
         --seeds 1-3 --duration 30 --asyncio
 
 Where each part lives: ``_schedule`` (the cluster's shape, a seed's faults, and the
-:class:`Player` that plays them on a :class:`Cluster`), ``_writer`` (the application loop and
-the clients it drives), ``_verdict`` (what a producer run records, and :func:`judge`),
-``_capture`` (the clients' DEBUG lines on the schedule's clock), ``_mock_run`` (the producer
-target on the mock), ``_front_run`` (the consumer and processor targets through a front: how
-a run goes; ``_front_consumer`` and ``_front_processor``, each target, made to
-``_front_target``'s interface; ``_front_verdict``, what they record and are judged by),
-``_table`` (the Markdown tables) and ``_cli`` (the command line).
+:class:`Player` that plays them on a :class:`Cluster`), ``_writer`` (the application loop's
+decisions, their sync and asyncio drivers, and the clients they drive), ``_verdict`` (what a
+producer run records, and :func:`judge`), ``_capture`` (the clients' DEBUG lines on the
+schedule's clock), ``_mock_run`` (the producer target on the mock), ``_front_run`` (the consumer
+and processor targets through a front: how a run goes; ``_front_consumer`` and
+``_front_processor``, each target, made to ``_front_target``'s interface; ``_front_verdict``,
+what they record and are judged by), ``_table`` (the Markdown tables) and ``_cli`` (the command
+line).
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ from eosclient.testing.cluster_nemesis._writer import CLIENTS
 __all__ = ["main"]
 
 _SLOW_NOTE: Final = 1.0  # --log-dir lists every transaction whose commit took longer
+_RATIOS: Final = (("eosclient", "confluent-kafka"), ("eosclient-asyncio", "confluent-kafka"),
+                  ("eosclient-asyncio", "eosclient"))  # median rates printed side by side
 
 
 def _seeds(text: str) -> list[int]:
@@ -57,14 +59,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the real broker behind the front (consumer and processor "
                         "targets; noida)")
     parser.add_argument("--asyncio", action="store_true",
-                        help="eosclient.aio's consumer or processor (consumer and processor "
-                        "targets)")
+                        help="eosclient.aio's consumer or processor; for the producer target, "
+                        "the same as --clients eosclient-asyncio")
     parser.add_argument("--seeds", type=_seeds, default=[1], help="e.g. 1-6 or 3,7 (1)")
     parser.add_argument("--duration", type=float, default=30.0,
                         help="seconds of transactions and faults per run (30)")
-    parser.add_argument("--clients", type=_clients, default=list(CLIENTS),
-                        help="comma-separated, run in this order per seed "
-                        "(eosclient,confluent-kafka)")
+    parser.add_argument("--clients", type=_clients,
+                        help="the producer target's clients, comma-separated, run in this "
+                        f"order per seed ({','.join(CLIENTS)})")
     parser.add_argument("--give-up", type=float, default=GIVE_UP,
                         help=f"seconds of retrying a commit or abort before it counts as "
                         f"wedged ({GIVE_UP:g})")
@@ -76,11 +78,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.target != "producer":
         return _main_front(args)
+    if args.asyncio and args.clients is not None:
+        parser.error("--asyncio is the producer target's client eosclient-asyncio: "
+                     "name it in --clients instead")
+    clients = ["eosclient-asyncio"] if args.asyncio else args.clients or list(CLIENTS)
     results: list[ClusterNemesisResult] = []
     for seed in args.seeds:
         schedule = make_schedule(seed, duration=args.duration)
         print(schedule, flush=True)
-        for client in args.clients:
+        for client in clients:
             result = run_cluster_nemesis(client, schedule=schedule, give_up=args.give_up,
                                          call_timeout=args.call_timeout)
             results.append(result)
@@ -95,8 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     for client, rate in rates.items():
         print(f"median {client}: {rate:.1f} transactions/s")
-    if "eosclient" in rates and rates.get("confluent-kafka"):
-        print(f"eosclient / confluent-kafka: {rates['eosclient'] / rates['confluent-kafka']:.2f}x")
+    for client, peer in _RATIOS:
+        if client in rates and rates.get(peer):
+            print(f"{client} / {peer}: {rates[client] / rates[peer]:.2f}x")
     return 1 if any(r.problems() for r in results) else 0
 
 

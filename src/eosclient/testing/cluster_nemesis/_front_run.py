@@ -225,7 +225,7 @@ class _FrontRun:
                 loop.run()
                 feed.loop_seconds = round(loop.now(), 3)
                 nemesis.stop()
-                loop.client.close(CLOSE_TIMEOUT)
+                loop.close(CLOSE_TIMEOUT)
                 logs = _read_raw(self.broker.bootstrap_servers, result.input_topic)
                 feed.counts = judge(feed.txns, logs, topic=result.input_topic)
                 target.finish(logs)
@@ -234,7 +234,7 @@ class _FrontRun:
                 nemesis.stop()
                 if nemesis.error is not None:
                     result.error = result.error or f"the nemesis failed: {nemesis.error!r}"
-            loop.client.close(CLOSE_TIMEOUT)
+            loop.close(CLOSE_TIMEOUT)
 
     @contextlib.contextmanager
     def _target(self, servers: str) -> Iterator[Target]:

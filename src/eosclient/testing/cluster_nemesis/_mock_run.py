@@ -35,11 +35,12 @@ from eosclient.testing.cluster_nemesis._writer import (
     CK_LOGGER,
     CLIENTS,
     CLOSE_TIMEOUT,
-    MAKERS,
     Abort,
+    AsyncLoop,
     Fatal,
     Loop,
     Retry,
+    open_loop,
 )
 from eosclient.testing.marker_log import read_logs
 from eosclient.testing.mock import MockCluster, MockClusterError
@@ -84,7 +85,7 @@ def run_cluster_nemesis(client: str, *, seed: int = 1, duration: float = 30.0,
     schedule (or ``schedule``), judged from the log.
 
     Args:
-        client: ``"eosclient"`` or ``"confluent-kafka"``.
+        client: ``"eosclient"``, ``"eosclient-asyncio"`` or ``"confluent-kafka"``.
         seed: Draws the schedule (:func:`make_schedule`) unless ``schedule`` is given.
         duration: Seconds of the loop (and of the schedule drawn).
         schedule: Play this schedule instead of drawing one.
@@ -98,7 +99,7 @@ def run_cluster_nemesis(client: str, *, seed: int = 1, duration: float = 30.0,
     Raises:
         ValueError: an unknown ``client``, or a schedule drawn for another target.
     """
-    if client not in MAKERS:
+    if client not in CLIENTS:
         raise ValueError(f"client must be one of {', '.join(CLIENTS)}, not {client!r}")
     schedule = schedule or make_schedule(seed, duration=duration)
     if schedule.target != "producer":
@@ -112,10 +113,10 @@ def run_cluster_nemesis(client: str, *, seed: int = 1, duration: float = 30.0,
             cluster.set_partition_leader(TOPIC, partition, partition % BROKERS + 1)
         cluster.set_coordinator("transaction", TRANSACTIONAL_ID, 1)
         servers = cluster.bootstrap_servers
-        loop: Loop | None = None
+        loop: Loop | AsyncLoop | None = None
         nemesis: Player | None = None
         try:
-            loop = Loop(result, lambda: MAKERS[client](servers), schedule.duration)
+            loop = open_loop(client, servers, result, schedule.duration)
             loop.init()
             capture.clock = loop.clock = time.monotonic()
             nemesis = Player(_MockCluster(cluster), schedule, loop.clock, result.events)
@@ -135,7 +136,7 @@ def run_cluster_nemesis(client: str, *, seed: int = 1, duration: float = 30.0,
                 if nemesis.error is not None:
                     result.error = result.error or f"the nemesis failed: {nemesis.error!r}"
             if loop is not None:
-                loop.client.close(CLOSE_TIMEOUT)
+                loop.close(CLOSE_TIMEOUT)
                 _take_requests(cluster, result, loop.clock)
         try:
             for partition in range(PARTITIONS):  # one Fetch reads all six (see marker_log)
