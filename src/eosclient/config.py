@@ -31,7 +31,7 @@ import os
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from eosclient._core.isolation import DEFAULT_MAX_HELD_BYTES
 from eosclient._core.limits import string_problem
@@ -176,22 +176,19 @@ def choice(*names: str) -> Check:
     return check
 
 
+_ASSIGNOR_NAMES: Final = ("range", "roundrobin", "sticky", "cooperative-sticky")
+
+
 def _assignors(value: object, key: str) -> object:
     """``"range,roundrobin"`` or a sequence of names -> a tuple of known assignor names."""
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list | tuple) or not items:
         raise ConfigError(f"expected assignor names, got {_type_name(value)}", key=key)
     names = tuple(str(i).strip().lower() for i in items)
-    if "cooperative-sticky" in names:
-        # Offering it would promise the group KIP-429's protocol, which the membership does not
-        # speak yet: it revokes every partition before joining (eager).
-        raise ConfigError("cooperative-sticky is not supported yet: the consumer rebalances "
-                          "eagerly; use sticky (the same assignment, every partition revoked "
-                          "at each rebalance)", key=key)
-    unknown = [n for n in names if n not in ("range", "roundrobin", "sticky")]
+    unknown = [n for n in names if n not in _ASSIGNOR_NAMES]
     if unknown or len(set(names)) != len(names):
-        raise ConfigError("known assignors are range, roundrobin and sticky (each once), got "
-                          f"{value!r}", key=key)
+        raise ConfigError("known assignors are range, roundrobin, sticky and cooperative-sticky "
+                          f"(each once), got {value!r}", key=key)
     return names
 
 
@@ -562,8 +559,9 @@ class ConsumerConfig(ClientConfig):
     partition_assignment_strategy: tuple[str, ...] = field(
         default=("range", "roundrobin"), metadata=setting(
             "partition.assignment.strategy", _assignors,
-            "assignors offered when joining, preferred first: range, roundrobin, sticky "
-            "(cooperative-sticky is refused: the consumer rebalances eagerly)"))
+            "assignors offered when joining, preferred first: range, roundrobin, sticky, "
+            "cooperative-sticky (KIP-429's cooperative protocol when it is the only one offered; "
+            "beside an eager one, the member stays eager: the upgrade's first step)"))
     default_api_timeout_ms: int = field(default=60_000, metadata=setting(
         "default.api.timeout.ms", integer(0),
         "the default timeout of blocking calls (position, commit, committed, close, ...)"))

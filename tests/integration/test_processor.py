@@ -356,3 +356,93 @@ def test_a_transaction_that_outlived_the_group_generation_is_aborted_not_committ
     assert stalled and stats.transactions_aborted >= 1
     report = check(noida_broker.bootstrap_servers, source, sink)
     assert report.ok, str(report)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_worker_joining_a_cooperative_group_interrupts_only_the_partitions_that_move(
+        front: Front, broker: RunningBroker, unique_name: Names,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Eager, a worker joining revoked every partition of every worker: each finished its
+    # transaction, gave all 6 up, and started its 4 again from the committed offsets. With
+    # cooperative-sticky the two workers give up only the 2 each that move to the newcomer, and
+    # are told of nothing new afterwards (their kept partitions go on from where they are).
+    # On Tansu, which answers a static member's second rejoin with its old generation, one of
+    # them leaves and joins again (else the newcomer's partitions stayed with nobody), and its
+    # transactions abort while it is out of the group; exactly once all the same.
+    servers = broker.bootstrap_servers
+    source, sink = create_topic(broker, unique_name("in"), 12), unique_name("out")
+    create_topic(broker, sink)
+    group = unique_name("g")
+    stop = threading.Event()
+    produced = [0]
+
+    def produce() -> None:
+        with TransactionalProducer(servers, transactional_id=unique_name("fill"),
+                                   linger_ms=5) as producer:
+            producer.init_transactions(15)
+            while not stop.wait(0.02):
+                producer.begin_transaction()
+                for p in range(12):  # to every partition, each worker's kept ones included
+                    producer.send_batch(source, [b"%d" % (produced[0] + i) for i in range(2)],
+                                        partition=p)
+                    produced[0] += 2
+                producer.commit_transaction(15)
+
+    copiers = {name: front.cls(
+        bootstrap_servers=servers, input_topics=[source], output_topic=sink, group_id=group,
+        transactional_id=f"{group}-{name}", max_records_per_transaction=50,
+        commit_interval_ms=50, consumer_config={
+            "partition.assignment.strategy": "cooperative-sticky", "fetch.max.wait.ms": 100,
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 200})
+        for name in ("w0", "w1", "w2")}
+    stats: dict[str, ProcessorStats] = {}
+
+    def work(name: str) -> None:
+        stats[name] = front.run(copiers[name])
+
+    def told(name: str, what: str) -> list[set[int]]:
+        """The partitions each ``on_assign`` / ``on_revoke`` of worker ``name`` was given."""
+        return [{int(p) for p in record.getMessage().split("[", 1)[1].rstrip("]").split(", ")}
+                for record in list(caplog.records) if record.threadName == name
+                and record.getMessage().startswith(f"{what} {source}[")]
+
+    caplog.set_level(logging.INFO, "eosclient.processor")
+    producer = threading.Thread(target=produce)
+    workers = {name: threading.Thread(target=work, args=(name,), name=name) for name in copiers}
+    producer.start()
+    try:
+        workers["w0"].start()
+        workers["w1"].start()
+        wait_for(lambda: sorted(len(told(w, "assigned")) for w in ("w0", "w1")) == [1, 1]
+                 and sum(len(told(w, "assigned")[0]) for w in ("w0", "w1")) == 12, 60)
+        workers["w2"].start()
+        wait_for(lambda: sum(map(len, told("w2", "assigned"))) == 4, 60)
+        time.sleep(1.0)  # records keep coming to the kept partitions after the hand-over
+        stop.set()
+        producer.join(30)
+        seen = {w: (told(w, "assigned"), told(w, "revoked")) for w in workers}
+        wait_for(lambda: sum(c.stats.records_in for c in copiers.values()) >= produced[0], 60)
+    finally:
+        stop.set()
+        producer.join(30)
+        for copier in copiers.values():
+            copier.stop()
+        for worker in workers.values():
+            worker.join(60)
+    for name in ("w0", "w1"):
+        [first], revoked = seen[name]
+        # only the 2 that moved, once; no on_assign after the first one (none for nothing new)
+        assert len(revoked) == 1 and len(revoked[0]) == 2 and revoked[0] < first, seen
+    assert seen["w0"][1][0] | seen["w1"][1][0] == set().union(*seen["w2"][0]), seen
+    # every worker copied (its kept partitions through the rebalance), and nobody aborted
+    assert all(s.records_in for s in stats.values()), stats
+    if broker.kind == "noida":
+        assert not any(s.transactions_aborted for s in stats.values()), stats
+    report = check(servers, source, sink)
+    assert report.ok, str(report)

@@ -7,7 +7,9 @@ between: it carries the subscriptions to the leader byte for byte, picks ``stick
 group's protocol, forms the generations, and hands each member its share. Then the same with
 ``ReadCommittedConsumer`` members that offer ``sticky``: the membership sends what it was last
 given (eager: all of it was revoked before the rejoin, as Java's eager ``StickyAssignor``
-reports its previous assignment) and the leader honours the claims.
+reports its previous assignment) and the leader honours the claims. Last, consumers offering
+``cooperative-sticky`` (KIP-429): the two that keep partitions go on fetching them through both
+rebalances, and give up only the partitions that move.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import confluent_kafka as ck
 import pytest
 
 from eosclient import ReadCommittedConsumer, TopicPartition
@@ -181,3 +184,122 @@ def test_consumers_offering_sticky_keep_their_partitions_when_a_member_joins(
             poller.join(30)
         for consumer in consumers:
             consumer.close()
+
+
+class CooperativeMember:
+    """A ``cooperative-sticky`` consumer polling on a thread of its own; what it saw, in order:
+    ``("assign" | "revoke" | "lost" | "records", partition numbers)``."""
+
+    def __init__(self, broker: RunningBroker, group: str, topic: str,
+                 strategy: str = "cooperative-sticky") -> None:
+        self.events: list[tuple[str, frozenset[int]]] = []
+        self.consumer = ReadCommittedConsumer(broker.bootstrap_servers, group_id=group, config={
+            "partition.assignment.strategy": strategy,
+            "session.timeout.ms": _SESSION_MS, "heartbeat.interval.ms": 200,
+            "auto.offset.reset": "earliest"})
+        self.consumer.subscribe([topic], on_assign=self._callback("assign"),
+                                on_revoke=self._callback("revoke"),
+                                on_lost=self._callback("lost"))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _callback(self, kind: str) -> Callable[[list[TopicPartition]], None]:
+        return lambda tps: self.events.append((kind, frozenset(tp.partition for tp in tps)))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            records = self.consumer.poll(0.1)
+            if records:
+                self.events.append(("records", frozenset(r.partition for r in records)))
+
+    def held(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.consumer.close()
+
+
+def produce_until(broker: RunningBroker, topic: str, stop: threading.Event) -> None:
+    """A record to every partition every 20 ms, until ``stop``."""
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5})
+    while not stop.wait(0.02):
+        for p in range(PARTITIONS):
+            producer.produce(topic, b"x", partition=p)
+        producer.poll(0)
+    assert producer.flush(10) == 0
+
+
+def test_cooperative_consumers_keep_fetching_their_partitions_while_a_member_joins(
+        broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    topics.create_topic(broker, topic_name, PARTITIONS)
+    group = unique_name("group")
+    stop = threading.Event()
+    producer = threading.Thread(target=produce_until, args=(broker, topic_name, stop))
+    producer.start()
+    members = [CooperativeMember(broker, group, topic_name) for _ in range(2)]
+    try:
+        wait_for(lambda: sorted(len(m.held()) for m in members) == [6, 6])
+        before = [m.held() for m in members]
+        start = [len(m.events) for m in members]
+        members.append(CooperativeMember(broker, group, topic_name))
+        wait_for(lambda: sorted(len(m.held()) for m in members) == [4, 4, 4])
+        after = [m.held() for m in members]
+        # each keeper's last on_assign (the second rebalance's, with nothing new) has run
+        wait_for(lambda: all(sum(kind == "assign" for kind, _ in m.events[n:]) >= 2
+                             for m, n in zip(members, start, strict=False)))
+        seen = [list(m.events) for m in members]  # (close() revokes everything)
+    finally:
+        stop.set()
+        producer.join(30)
+        for member in members:
+            member.close()
+    assert sorted(p for held in after for p in held) == list(range(PARTITIONS))
+    assert len(after[2]) == 4 and "revoke" not in {kind for kind, _ in seen[2]}
+    for full, had, kept, n in zip(seen, before, after, start, strict=False):
+        events = full[n:]
+        # on_revoke saw only the two partitions that moved to the newcomer, once; nothing lost
+        assert [ps for kind, ps in events if kind in ("revoke", "lost")] == [had - kept]
+        assert len(had - kept) == 2 and kept < had
+        # and between that revoke and the last on_assign (the second rebalance ran meanwhile)
+        # the kept partitions' records kept coming. Eager: revoke all, nothing, assign all.
+        kinds = [kind for kind, _ in events]
+        revoked, last_assign = kinds.index("revoke"), len(kinds) - 1 - kinds[::-1].index("assign")
+        assigned_then = [ps for kind, ps in events[revoked:last_assign] if kind == "assign"]
+        assert assigned_then and not any(assigned_then)  # on_assign with nothing new (KIP-429)
+        assert any(kind == "records" and ps <= kept for kind, ps in events[revoked:last_assign])
+
+
+def test_the_rolling_upgrades_second_step_mixes_eager_and_cooperative_members(
+        broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
+    # KIP-429's upgrade: a member still offering range beside cooperative-sticky (restarted in
+    # the first step) is eager; one restarted in the second offers cooperative-sticky alone.
+    # The group picks cooperative-sticky; the eager member revokes everything and claims
+    # nothing, the cooperative one gives up only what moves, and nothing is owned twice.
+    topics.create_topic(broker, topic_name, PARTITIONS)
+    group = unique_name("group")
+    stop = threading.Event()
+    producer = threading.Thread(target=produce_until, args=(broker, topic_name, stop))
+    producer.start()
+    eager = CooperativeMember(broker, group, topic_name, "cooperative-sticky,range")
+    members = [eager, CooperativeMember(broker, group, topic_name)]
+    try:
+        wait_for(lambda: sorted(len(m.held()) for m in members) == [6, 6])
+        before = [m.held() for m in members]
+        start = [len(m.events) for m in members]
+        members.append(CooperativeMember(broker, group, topic_name))
+        wait_for(lambda: sorted(len(m.held()) for m in members) == [4, 4, 4])
+        after = [m.held() for m in members]
+        seen = [list(m.events) for m in members]
+    finally:
+        stop.set()
+        producer.join(30)
+        for member in members:
+            member.close()
+    assert sorted(p for held in after for p in held) == list(range(PARTITIONS))
+    gone = [[ps for kind, ps in events[n:] if kind in ("revoke", "lost")]
+            for events, n in zip(seen, start, strict=False)]
+    assert gone[0][0] == before[0]  # eager: all of them, first
+    assert gone[1] == [before[1] - after[1]] and len(gone[1][0]) == 2  # cooperative: 2, once

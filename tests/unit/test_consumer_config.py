@@ -63,7 +63,7 @@ def test_dotted_keys_and_keywords_agree() -> None:
     ("isolation.level", "read_dirty"), ("auto.offset.reset", "smallest"),
     ("enable.auto.commit", True), ("fetch.max.bytes", 0), ("max.poll.records", 0),
     ("partition.assignment.strategy", "stiky"), ("partition.assignment.strategy", []),
-    ("partition.assignment.strategy", "sticky,cooperative-sticky"),
+    ("partition.assignment.strategy", "sticky,cooperative_sticky"),
     ("partition.assignment.strategy", "range,range"), ("group.id", ""),
     ("session.timeout.ms", "45000"), ("read.committed.max.held.bytes", 0),
     ("check.crcs", "false"), ("check.crcs", 0),
@@ -74,17 +74,20 @@ def test_a_bad_value_names_its_key(key: str, value: object) -> None:
     assert raised.value.key == key and str(raised.value).startswith(key)
 
 
-def test_the_settings_offer_exactly_the_eager_assignors_the_membership_runs() -> None:
+def test_the_settings_offer_exactly_the_assignors_the_membership_runs() -> None:
     assert consumer_config(partition_assignment_strategy="sticky, range") \
         .partition_assignment_strategy == ("sticky", "range")
     for names in ASSIGNORS:
         assert consumer_config(partition_assignment_strategy=names)
-    assert COOPERATIVE_STICKY not in ASSIGNORS
+    assert COOPERATIVE_STICKY in ASSIGNORS
 
 
-def test_cooperative_sticky_is_refused_until_the_membership_speaks_kip_429() -> None:
-    with pytest.raises(ConfigError, match="cooperative-sticky is not supported yet"):
-        consumer_config(partition_assignment_strategy=["cooperative-sticky"])
+def test_cooperative_sticky_is_offered_alone_or_beside_an_eager_assignor() -> None:
+    # It used to be refused while the membership spoke only the eager protocol.
+    assert consumer_config(partition_assignment_strategy="cooperative-sticky") \
+        .partition_assignment_strategy == ("cooperative-sticky",)
+    assert consumer_config(partition_assignment_strategy=["cooperative-sticky", "range"]) \
+        .partition_assignment_strategy == ("cooperative-sticky", "range")
 
 
 def test_settings_checked_together() -> None:

@@ -67,7 +67,7 @@ def test_the_sync_front_runs_the_callback_without_the_lock_and_finishes_the_step
         raise ValueError("from on_revoke")
 
     session.on_revoke = on_revoke
-    session.after_revoke = lambda: dropped.append("buffer")
+    session.after_revoke = lambda tps: dropped.append("buffer")
     with session.lock, pytest.raises(ValueError, match="from on_revoke"):
         drive(session.rebalance(), session.loop)
     assert seen == [([TP], False)]  # the I/O thread could take the lock meanwhile

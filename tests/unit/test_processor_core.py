@@ -281,6 +281,33 @@ def test_partitions_handed_over_and_given_back_start_past_what_this_instance_com
     assert script.args("consumer.seek") == [(TP, 2)]
 
 
+def test_partitions_assigned_beside_kept_ones_end_the_transaction_and_only_they_rewind() -> None:
+    # Cooperative (KIP-429): a partition arrives while the kept one's transaction is open.
+    # Rewinding every assigned partition read the kept one's records again into the next
+    # transaction (they were already in the open one), and the open transaction's own records
+    # held the output's LSO back, so the wait for it to settle lasted the transaction timeout.
+    new = TopicPartition("in", 1)
+    core = ProcessorCore(settings(commit_interval_ms=60_000))
+    polls: list[float] = []
+
+    def poll(timeout: float, most: int) -> dict[TopicPartition, RecordColumns]:
+        polls.append(timeout)
+        if len(polls) == 1:
+            return {TP: columns(0, 2)}
+        if len(polls) == 2:  # the group adds a partition inside this poll, as the consumer does
+            drive(core.on_assign([new]), script)
+        return {}
+
+    script = Script(consumer__poll_batch=poll, consumer__assignment=[TP, new],
+                  consumer__watermarks=ends(5, 5))
+    stats = run(script, core, max_records=10, timeout=0.3)
+    names = script.names()
+    assert names.index("producer.commit_transaction") < names.index("front.probe")
+    assert script.args("consumer.committed") == [([new],)]
+    assert script.args("consumer.seek") == [(new, 0)]  # the kept partition goes on from 2
+    assert stats.transactions_aborted == 0
+
+
 def test_new_partitions_wait_for_every_output_partition_asking_all_at_once(
         kind: type[Script]) -> None:
     # The output's ends are asked in one call for every partition (one request per leader),

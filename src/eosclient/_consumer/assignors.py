@@ -25,10 +25,10 @@ again is the only thing that keeps two live members from owning one partition th
   partitions as balance allows from the owners the members claim (:class:`Claim`: their
   subscription's owned partitions and generation). See the theory of operation below.
 * **cooperative-sticky** (KIP-429; Java's ``CooperativeStickyAssignor``, librdkafka's only sticky
-  assignor): the same assignment, handed over in two rebalances by :func:`cooperative_handover`.
-  Not in :data:`ASSIGNORS`: the membership speaks the eager protocol (it revokes everything
-  before joining), and a member that offered this name would promise the coordinator and its
-  peers a protocol it does not follow. The settings refuse it until then.
+  assignor; :func:`cooperative_sticky_assign`): the same assignment, handed over in two
+  rebalances by :func:`cooperative_handover`. A member that offers only this assignor follows
+  the cooperative protocol (the membership keeps its partitions across a rejoin and revokes
+  only those that move: :mod:`eosclient._consumer.membership`).
 
 Sticky, theory of operation
 ---------------------------
@@ -73,12 +73,14 @@ from eosclient._core.types import TopicPartition
 
 __all__ = [
     "ASSIGNORS",
+    "COOPERATIVE",
     "COOPERATIVE_STICKY",
     "STICKY",
     "Assignor",
     "Claim",
     "Handover",
     "cooperative_handover",
+    "cooperative_sticky_assign",
     "owners",
     "range_assign",
     "roundrobin_assign",
@@ -377,7 +379,7 @@ def cooperative_handover(target: Mapping[str, Collection[TopicPartition]],
     """KIP-429's rule: a partition moving from one member to another is withheld from the new
     owner in this rebalance, so that no two members ever hold it at once.
 
-    The membership will use it so, once it speaks the cooperative protocol: every member joins
+    The membership uses it so when it speaks the cooperative protocol: every member joins
     with what it owns and its generation (a v3 subscription); the leader computes ``target``
     with :func:`sticky_assign` over those claims, sends :attr:`Handover.assignment` in SyncGroup;
     each member compares what it owns with what it was given, calls ``on_revoke`` with just
@@ -422,6 +424,23 @@ def cooperative_handover(target: Mapping[str, Collection[TopicPartition]],
     return Handover(assignment, revoked, sorted(withheld))
 
 
+def cooperative_sticky_assign(partitions: Mapping[str, int],
+                              subscriptions: Mapping[str, Collection[str]],
+                              instances: Mapping[str, str | None] = _NO_INSTANCES,
+                              claims: Mapping[str, Claim] = _NO_CLAIMS,
+                              ) -> dict[str, list[TopicPartition]]:
+    """cooperative-sticky: :func:`sticky_assign`'s target, less what still moves
+    (:attr:`Handover.assignment` of :func:`cooperative_handover`). Arguments and result as
+    :func:`sticky_assign`.
+
+    Members of the eager protocol in the group (offering ``cooperative-sticky`` beside an eager
+    assignor, KIP-429's upgrade) claim nothing, having revoked everything before joining, so
+    their former partitions move at once.
+    """
+    return cooperative_handover(sticky_assign(partitions, subscriptions, instances, claims),
+                                claims).assignment
+
+
 def _ordered(subscriptions: Mapping[str, Collection[str]],
              instances: Mapping[str, str | None]) -> list[str]:
     """Member ids in Kafka's order: static members by instance id, then dynamic by member id."""
@@ -436,5 +455,11 @@ def _subscribed(subscriptions: Mapping[str, Collection[str]]) -> set[str]:
 
 
 ASSIGNORS: Mapping[str, Assignor] = {"range": range_assign, "roundrobin": roundrobin_assign,
-                                     STICKY: sticky_assign}
-"""The eager assignors by their protocol name (the name JoinGroup carries)."""
+                                     STICKY: sticky_assign,
+                                     COOPERATIVE_STICKY: cooperative_sticky_assign}
+"""The assignors by their protocol name (the name JoinGroup carries)."""
+
+COOPERATIVE: Final = frozenset({COOPERATIVE_STICKY})
+"""The assignors that support KIP-429's cooperative protocol. A member follows it only if every
+assignor it offers does (Java's rule): offering an eager one beside it keeps the member eager,
+the first step of KIP-429's upgrade."""

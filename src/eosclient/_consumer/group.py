@@ -25,6 +25,9 @@ commits are answered at once, whatever the rebalance is doing.
 
 What it does not do is touch the application: the membership stops in REVOKING and ASSIGNING,
 and the consumer's ``poll()`` runs ``on_revoke`` and ``on_assign`` on the application's thread.
+Cooperative (KIP-429), ASSIGNING takes two steps: ``on_revoke`` with just the partitions that
+move (dropped from the fetcher; the others go on fetching), then ``on_assign`` with just the new
+ones (added beside the kept ones, whose positions and fetched data stay).
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ class RebalanceStep(NamedTuple):
     partitions: list[TopicPartition]
     lost: bool = False
     confirming: bool = False  # a stopped static member's on_lost before it joins as new
+    partial: bool = False  # cooperative: only these partitions go, the others are kept
 
 
 def step_callback(step: RebalanceStep, on_assign: RebalanceCallback | None,
@@ -166,26 +170,38 @@ class GroupCoordinator:
             if completed:
                 self.membership.confirmed(time.monotonic())
         elif step.revoking:
-            self.revoked(assignment, time.monotonic())
+            self.revoked(assignment, step, time.monotonic())
         loop.wake()
 
     def rebalance(self, assignment: Assignment, now: float) -> RebalanceStep:
         """The step to run: the partitions to revoke (still assigned, so that ``on_revoke``
-        can commit their positions), or the new assignment, installed now (ASSIGNING ->
-        STABLE), each new partition to start from its committed offset."""
-        if self.membership.held:  # (no partitions: they went with the generation)
+        can commit their positions; cooperative, just those the new assignment moves), or the
+        new assignment, installed now (ASSIGNING -> STABLE), each new partition to start from
+        its committed offset; the step names only those that are new (eager: all of them)."""
+        membership = self.membership
+        if membership.held:  # (no partitions: they went with the generation)
             return RebalanceStep(True, list(assignment.states), lost=True, confirming=True)
-        if self.membership.state is State.REVOKING:
-            return RebalanceStep(True, list(assignment.states),
-                                 lost=self.membership.generation < 0)
-        partitions = self.membership.take_assignment(now)
+        if membership.state is State.REVOKING:
+            return RebalanceStep(True, list(assignment.states), lost=membership.generation < 0)
+        moving = membership.to_revoke()
+        if moving:
+            return RebalanceStep(True, moving, partial=True)
+        partitions = membership.take_assignment(now)
         self.assignments += 1
-        assignment.replace(partitions, committed=True)
+        new = [tp for tp in partitions if tp not in assignment.states]
+        assignment.replace(partitions, committed=True)  # kept partitions keep their state
         self._metadata.want({tp.topic for tp in partitions})
-        return RebalanceStep(False, partitions)
+        return RebalanceStep(False, new)
 
-    def revoked(self, assignment: Assignment, now: float) -> None:
-        """``on_revoke`` has run: drop every partition and join again."""
+    def revoked(self, assignment: Assignment, step: RebalanceStep, now: float) -> None:
+        """``on_revoke`` (or ``on_lost``) has run: drop the step's partitions (cooperative) or
+        every partition, and join again (cooperative: after installing the assignment)."""
+        if step.partial:
+            gone = set(step.partitions)
+            assignment.replace([tp for tp in assignment.states if tp not in gone],
+                               committed=True)
+            self.membership.gave_up(step.partitions)
+            return
         assignment.replace([], committed=True)
         if self.membership.state is State.REVOKING:
             self.membership.revoked(now)

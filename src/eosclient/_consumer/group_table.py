@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["TABLE", "Input", "Send", "Settings", "State"]
+__all__ = ["COOPERATIVE_TABLE", "TABLE", "Input", "Send", "Settings", "State"]
 
 
 class State(enum.Enum):
@@ -22,9 +22,11 @@ class State(enum.Enum):
     UNJOINED = "not a member: no subscription yet, or left"
     JOINING = "JoinGroup to send or in flight"
     SYNCING = "SyncGroup to send or in flight (the leader assigns first)"
-    ASSIGNING = "assignment received; the application installs it in its next poll()"
+    ASSIGNING = ("assignment received; the application installs it in its next poll() "
+                 "(cooperative: after revoking what it no longer lists)")
     STABLE = "a member of the generation, heartbeating"
-    REVOKING = "a rebalance is due; the application revokes in its next poll()"
+    REVOKING = ("a rebalance is due; the application revokes in its next poll() (cooperative: "
+                "the member lost its generation, and the application is told so)")
     FAILED = "a fatal error; the consumer raises it"
 
 
@@ -33,11 +35,15 @@ class Input(enum.Enum):
 
     CALL_SUBSCRIBE = "the application subscribed to a new set of topics"
     CALL_ASSIGNED = "the application installed the assignment"
+    CALL_HANDED_OVER = ("the application installed a cooperative assignment after revoking "
+                        "partitions: join again at once, so they are handed over (KIP-429)")
     CALL_REVOKED = "the application gave up its partitions"
     CALL_LEAVE = "the application closes (LeaveGroup, unless the member is static)"
     RECV_JOINED = "JoinGroup answered"
     RECV_SYNCED = "SyncGroup answered with the assignment"
-    RECV_REJOIN = "the group moved on (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, ...)"
+    RECV_REJOIN = "join again (REBALANCE_IN_PROGRESS; no answer; the coordinator moved, ...)"
+    RECV_LOST = ("the group moved on without this member's generation (ILLEGAL_GENERATION, "
+                 "UNKNOWN_MEMBER_ID): its partitions are lost, not revoked")
     RECV_FATAL = "a fatal error code"
     TIMER_EXPIRED = "the session or the poll interval ran out, or the process was stopped for a "\
         "session"
@@ -68,10 +74,35 @@ TABLE: Final[Mapping[tuple[State, Input], State]] = {
     (S.REVOKING, In.RECV_REJOIN): S.REVOKING,
     (S.REVOKING, In.TIMER_EXPIRED): S.REVOKING,
     (S.REVOKING, In.CALL_REVOKED): S.JOINING,
+    (S.JOINING, In.RECV_LOST): S.JOINING,
+    (S.SYNCING, In.RECV_LOST): S.JOINING,
+    (S.ASSIGNING, In.RECV_LOST): S.JOINING,
+    (S.STABLE, In.RECV_LOST): S.REVOKING,
+    (S.REVOKING, In.RECV_LOST): S.REVOKING,
     **{(state, In.CALL_LEAVE): S.UNJOINED for state in _LIVE},
     **{(state, In.RECV_FATAL): S.FAILED for state in _LIVE},
 }
-"""Every allowed (state, input) -> next state; the one place transitions are written."""
+"""Every allowed (state, input) -> next state of the eager protocol; the one place its
+transitions are written. Eager, a member holds nothing outside ASSIGNING, STABLE and REVOKING:
+whatever moves the group on, it revokes everything (REVOKING) before it joins again."""
+
+_HOLDING: Final = (S.JOINING, S.SYNCING, S.ASSIGNING, S.STABLE)
+COOPERATIVE_TABLE: Final[Mapping[tuple[State, Input], State]] = {
+    **TABLE,
+    # KIP-429: a member keeps its partitions through the rejoin (nothing revoked first) ...
+    (S.STABLE, In.CALL_SUBSCRIBE): S.JOINING,
+    (S.STABLE, In.RECV_REJOIN): S.JOINING,
+    (S.STABLE, In.META_CHANGED): S.JOINING,
+    # ... revokes after SyncGroup only what the assignment no longer lists (in ASSIGNING), and
+    # if that was anything, joins again at once: the second rebalance hands it over;
+    (S.ASSIGNING, In.CALL_HANDED_OVER): S.JOINING,
+    # and having lost its generation, wherever it was, it is told so (on_lost) before it joins.
+    **{(state, cause): S.REVOKING for state in _HOLDING
+       for cause in (In.RECV_LOST, In.TIMER_EXPIRED)},
+}
+"""The cooperative protocol's table (KIP-429): :data:`TABLE` but for the rows above. A member
+holds partitions in every live state but UNJOINED, so only a lost generation (REVOKING) or
+leaving takes them all away."""
 _MEMBER: Final = (S.ASSIGNING, S.STABLE, S.REVOKING)
 """Holding a generation: its commits count, and a refusal of one means the group moved on."""
 _HEARTBEATING: Final = (S.SYNCING, *_MEMBER)

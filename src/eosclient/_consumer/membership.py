@@ -28,6 +28,39 @@ with the member id the answer gives), or anything else (after the retry backoff)
 (23 INCONSISTENT_GROUP_PROTOCOL, 24 INVALID_GROUP_ID, 26 INVALID_SESSION_TIMEOUT, 30, 81, ...)
 puts the machine in FAILED, and the consumer raises it.
 
+Cooperative rebalancing (KIP-429) is the same conversation with a different contract about
+what a member holds, as Java's ``ConsumerCoordinator`` runs it for the COOPERATIVE protocol. A
+member follows it when every assignor it offers supports it (only ``cooperative-sticky`` does:
+:data:`~eosclient._consumer.assignors.COOPERATIVE`); offering an eager one beside it keeps the
+member eager, which is the first step of KIP-429's rolling upgrade (docs/consumer.md). The
+transitions that differ are the rows of :data:`COOPERATIVE_TABLE`:
+
+* asked to rejoin, a member joins *keeping* its partitions (no REVOKING): its subscription (v3)
+  says what it owns and in which generation, and the application goes on fetching and
+  committing them while the rebalance runs (the JoinGroup or SyncGroup in flight keeps its
+  session, so commits under its generation go on too: :meth:`Membership.in_generation`);
+* the leader runs ``cooperative-sticky``: the sticky target, less every partition that another
+  member still claims (:func:`~eosclient._consumer.assignors.cooperative_handover`);
+* after SyncGroup (ASSIGNING) the application first revokes only what it holds and the new
+  assignment no longer lists (:meth:`Membership.to_revoke`, ``on_revoke``), then installs the
+  assignment and is told only what is new (``on_assign``, called even with nothing new, as
+  KIP-429 says); if it revoked anything it joins again at once (CALL_HANDED_OVER), and that
+  second rebalance, finding those partitions claimed by nobody, hands them to their new owners;
+* a member that lost its generation (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, its session or poll
+  interval ran out, a stopped process) may already have been replaced: its partitions are lost,
+  not revoked (REVOKING with ``on_lost``, whatever state it was in), and it joins owning none.
+
+Members of both protocols may share a group once ``cooperative-sticky`` is what the group
+chose: an eager member revokes everything before joining, claims nothing, and its former
+partitions move at once.
+
+Three broker facts bend it (each explained where it is handled): noida-db refuses a commit
+under the old generation as soon as a member joins (a cooperative member then rejoins keeping
+its partitions: :meth:`Membership.refused`); noida-db never answers the followers' JoinGroup if
+the leader's next one comes first (a leader's second rejoin waits a heartbeat interval:
+:meth:`Membership.take_assignment`); Tansu answers a static member's second rejoin with the
+generation it was in (the member leaves and joins anew: ``_on_joined``).
+
 Liveness: a member whose heartbeats have gone unanswered for ``session.timeout.ms`` gives up its
 generation and joins again, with the member id it had (the coordinator says 25
 UNKNOWN_MEMBER_ID if it did drop the member); one whose application has not called ``poll()``
@@ -65,11 +98,18 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Final
 
 from eosclient._consumer import protocol as wire
-from eosclient._consumer.assignors import ASSIGNORS, STICKY, Claim
+from eosclient._consumer.assignors import (
+    ASSIGNORS,
+    COOPERATIVE,
+    COOPERATIVE_STICKY,
+    STICKY,
+    Claim,
+)
 from eosclient._consumer.coordinator import CoordinatorLookup
 from eosclient._consumer.group_table import (
     _HEARTBEATING,
     _MEMBER,
+    COOPERATIVE_TABLE,
     TABLE,
     Input,
     Send,
@@ -89,7 +129,8 @@ from eosclient.errors import (
     error_for,
 )
 
-__all__ = ["MOVED_ON", "TABLE", "Input", "Membership", "Send", "Settings", "State"]
+__all__ = ["COOPERATIVE_TABLE", "MOVED_ON", "TABLE", "Input", "Membership", "Send", "Settings",
+           "State"]
 
 Counts = Callable[[Collection[str]], Mapping[str, int] | None]
 """Partition counts of the topics asked for; None while the metadata is not there yet."""
@@ -107,6 +148,8 @@ _JOIN_GRACE: Final = 5.0  # beyond the coordinator's own timer (Java's margin)
 _SLOW_REBALANCE: Final = 30.0  # seconds (at least the session timeout) before a WARNING
 _UNSETTLED: Final = frozenset({State.REVOKING, State.JOINING, State.SYNCING})
 _UNNAMED_REFORMS: Final = 3  # generations in a row that may leave this member out (then: none)
+_IN_REBALANCE: Final = (State.JOINING, State.SYNCING, State.ASSIGNING)  # cooperative: still
+# holding partitions, and the generation they were given in
 
 
 
@@ -119,6 +162,9 @@ class Membership:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        # KIP-429: cooperative only if every assignor offered supports it (Java's rule)
+        self.cooperative = bool(settings.assignors) and set(settings.assignors) <= COOPERATIVE
+        self._table = COOPERATIVE_TABLE if self.cooperative else TABLE
         self.state = State.UNJOINED
         self.error: EosError | None = None
         self.member_id = ""
@@ -132,9 +178,14 @@ class Membership:
         self.topics: frozenset[str] = frozenset()
         self.assignment: list[TopicPartition] = []  # from SyncGroup, until installed
         # What this member was last given and in which generation: the claim a sticky leader
-        # reads (sent when ``sticky`` is offered; eager, so it is the previous assignment)
+        # reads (sent when ``sticky`` is offered; eager, so it is the previous assignment).
+        # Cooperative: what the application holds now, claimed under ``cooperative-sticky``.
         self._owned: list[TopicPartition] = []
         self._owned_generation = -1
+        self._gave_up = False  # cooperative: revoked partitions since the last JoinGroup went
+        self._handing_over = False  # cooperative: the next JoinGroup answer must bring a new
+        # generation (see _on_joined)
+        self._sent_at = 0.0  # when the JoinGroup or SyncGroup in flight went
         self.attempt = 0
         backoff = Backoff(settings.retry_backoff, settings.retry_backoff_max)
         self.lookup = CoordinatorLookup(settings.group_id, backoff)
@@ -186,11 +237,42 @@ class Membership:
         self._transition(Input.CALL_REVOKED, now)
 
     def take_assignment(self, now: float) -> list[TopicPartition]:
-        """The partitions SyncGroup gave, for the application to install; now STABLE."""
-        self._transition(Input.CALL_ASSIGNED, now)
-        assignment, self.assignment = self.assignment, []
-        self._owned, self._owned_generation = list(assignment), self.generation
+        """The partitions SyncGroup gave, for the application to install; now STABLE, or
+        (cooperative, after :meth:`gave_up`) JOINING again at once: KIP-429's second
+        rebalance, which hands the revoked partitions over."""
+        assignment, generation = self.assignment, self.generation
+        handed_over = self.cooperative and self._gave_up and self.state is State.ASSIGNING
+        self._transition(Input.CALL_HANDED_OVER if handed_over else Input.CALL_ASSIGNED, now)
+        self.assignment = []
+        self._owned, self._owned_generation = list(assignment), generation
+        self._handing_over = handed_over
+        if handed_over and self._leader == self.member_id:
+            # noida-db answers the followers' JoinGroup some milliseconds after the leader's,
+            # and never, if the leader's next JoinGroup comes first: the followers then wait
+            # for their request timeout (11 s), and the group with them. So the leader, whose
+            # SyncGroup is answered at once, joins again a heartbeat interval later, by when
+            # the others have had their answers (and learn of the rebalance by heartbeat).
+            self._step_at = now + self.settings.heartbeat_interval
         return assignment
+
+    def to_revoke(self) -> list[TopicPartition]:
+        """Cooperative, in ASSIGNING: what the application holds that the new assignment no
+        longer lists, to revoke before installing it; else nothing (eager: everything was
+        revoked before the join)."""
+        if not self.cooperative or self.state is not State.ASSIGNING:
+            return []
+        given = set(self.assignment)
+        return [tp for tp in self._owned if tp not in given]
+
+    def gave_up(self, partitions: Iterable[TopicPartition]) -> None:
+        """The application revoked ``partitions`` (:meth:`to_revoke`'s): no longer claimed,
+        and the member joins again once it has installed the assignment. Also if the member
+        meanwhile went on to join again claiming them (the I/O thread does not wait for the
+        application): the leader then withheld them from their new owner, and only another
+        rebalance hands them over."""
+        gone = set(partitions)
+        self._owned = [tp for tp in self._owned if tp not in gone]
+        self._gave_up = self._gave_up or bool(gone)
 
     def leave(self, now: float, *, static_too: bool = False) -> None:
         """Leave the group (LeaveGroup if a member id was given, and the member is not static
@@ -212,8 +294,11 @@ class Membership:
             self._step_at = min(self._step_at, now)
 
     def has_generation(self) -> bool:
-        """Whether commits can carry a live generation (STABLE, or REVOKING before rejoin)."""
-        return self.generation >= 0 and self.state in (State.STABLE, State.REVOKING)
+        """Whether commits can carry a live generation (STABLE, or REVOKING before rejoin;
+        cooperative, also while rebalancing: the partitions are still held, see above)."""
+        return self.generation >= 0 and (
+            self.state in (State.STABLE, State.REVOKING)
+            or (self.cooperative and self.state in _IN_REBALANCE))
 
     def in_generation(self, now: float) -> bool:
         """Whether the member still holds its generation *now*: :meth:`has_generation`, and
@@ -221,7 +306,13 @@ class Membership:
         noticed yet (a process resumed after a long pause reads its clock before its I/O thread
         gets to check it)."""
         session = self.settings.session_timeout
-        return (self.has_generation() and now < self._heard_at + session
+        heard = self._heard_at
+        if self.cooperative and self._waiting and self.state in _IN_REBALANCE:
+            # A joining member sends no heartbeats; the JoinGroup or SyncGroup in flight
+            # proves it alive as one would (the coordinator restarts its session timer on it).
+            # Not longer: a coordinator that holds it past the session may not count it.
+            heard = max(heard, self._sent_at)
+        return (self.has_generation() and now < heard + session
                 and self._ran_at is not None and now < self._ran_at + session
                 and now < self._polled_at + self.settings.rebalance_timeout)
 
@@ -236,8 +327,10 @@ class Membership:
         if self.state is State.JOINING and not self._waiting and now >= self._step_at \
                 and self.lookup.node is not None and not self.held:
             self._send_join()
+            self._sent_at = now
         elif self.state is State.SYNCING and not self._waiting and self._joined is not None:
             self._send_sync(counts)
+            self._sent_at = now
         if self._heartbeat_due(now):
             self._heartbeat_in_flight = True
             self._outbox.append(Send(wire.heartbeat(
@@ -353,6 +446,17 @@ class Membership:
             self._reform(f"answered the rejoin of a follower with the same generation "
                          f"{self.generation}, so it keeps that generation's assignment (the "
                          f"partitions of departed members would be read by nobody)", now)
+            return
+        handing_over, self._handing_over = self._handing_over, False
+        if (handing_over and 0 <= self._synced == response.generation_id
+                and self.member_id == response.member_id):
+            # KIP-429's second rebalance must form a new generation: in this one the
+            # partitions this member gave up are withheld from everybody. Tansu answers a
+            # static member's rejoin with the generation it was in and keeps it (the others
+            # are never asked to rejoin), so they would be read by nobody for good.
+            self._reform(f"answered the second rejoin of a cooperative rebalance with the same "
+                         f"generation {self.generation} (the partitions this member gave up "
+                         f"would be read by nobody)", now)
             return
         self.member_id, self.generation = response.member_id, response.generation_id
         self.last_joined = (response.generation_id, response.member_id)
@@ -481,12 +585,7 @@ class Membership:
             self.member_id = member_id
             self._step_at = now
         elif code in MOVED_ON:
-            if code == _UNKNOWN_MEMBER_ID:
-                self.member_id = ""
-            if code != _REBALANCE_IN_PROGRESS:
-                self.generation = -1
-            self._asked |= code == _REBALANCE_IN_PROGRESS
-            self._rejoin(now, at_once=True)
+            self._moved_on(code, now)
         elif api is ApiKey.HEARTBEAT:
             if code in _NOT_COORDINATOR:
                 self.lookup.lost(now)
@@ -496,9 +595,19 @@ class Membership:
                 self.lookup.lost(now)
             self._rejoin(now, at_once=False)
 
-    def _rejoin(self, now: float, *, at_once: bool) -> None:
+    def _moved_on(self, code: int, now: float) -> None:
+        """The group moved on (:data:`MOVED_ON`): join again at once; with a new generation
+        (22) or member id (25) too, the partitions lost (RECV_LOST)."""
+        if code == _UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+        if code != _REBALANCE_IN_PROGRESS:
+            self.generation = -1
+        self._asked |= code == _REBALANCE_IN_PROGRESS
+        self._rejoin(now, at_once=True, lost=code != _REBALANCE_IN_PROGRESS)
+
+    def _rejoin(self, now: float, *, at_once: bool, lost: bool = False) -> None:
         """Join again: at once, or after the backoff (a coordinator still loading)."""
-        self._transition(Input.RECV_REJOIN, now)
+        self._transition(Input.RECV_LOST if lost else Input.RECV_REJOIN, now)
         if self.state is State.JOINING:
             self._failures += 1
             self._step_at = now if at_once else now + self._backoff.delay(self._failures)
@@ -508,12 +617,15 @@ class Membership:
         (22, 25, 27), join again, as a heartbeat refused so would (Java does likewise)."""
         if self.state not in _MEMBER or code not in MOVED_ON:
             return
-        if code == _UNKNOWN_MEMBER_ID:
-            self.member_id = ""
-        if code != _REBALANCE_IN_PROGRESS:
-            self.generation = -1
-        self._asked |= code == _REBALANCE_IN_PROGRESS
-        self._rejoin(now, at_once=True)
+        if self.cooperative and code == _ILLEGAL_GENERATION:
+            # noida-db bumps the generation as soon as a member joins, and refuses a commit
+            # under the old one before this member has even heard of the rebalance (Kafka
+            # accepts it until the join phase completes). The partitions are not lost: none
+            # moves before this member revokes it. So it joins again keeping them; if the group
+            # did drop it, the JoinGroup's answer says so (UNKNOWN_MEMBER_ID: lost).
+            self._rejoin(now, at_once=True)
+            return
+        self._moved_on(code, now)
 
     def fail(self, error: EosError, now: float) -> None:
         """A fatal error (here, or the coordinator lookup's): FAILED."""
@@ -530,13 +642,20 @@ class Membership:
         metadata = (wire.subscription_bytes(self.topics, owned=self._owned,
                                             generation=self._owned_generation)
                     if STICKY in settings.assignors else wire.subscription_bytes(self.topics))
+        # cooperative-sticky's claim is what the member holds now: nothing if it is eager (it
+        # revoked everything before joining), so that a leader hands those partitions on at once
+        held = self._owned if self.cooperative else []
+        cooperative = wire.subscription_bytes(self.topics, owned=held,
+                                              generation=self._owned_generation if held else -1)
         request = wire.join_group(
             settings.group_id, self.member_id,
             session_timeout_ms=int(settings.session_timeout * 1000),
             rebalance_timeout_ms=int(settings.rebalance_timeout * 1000),
-            protocols=[(name, metadata) for name in settings.assignors],
+            protocols=[(name, cooperative if name == COOPERATIVE_STICKY else metadata)
+                       for name in settings.assignors],
             group_instance_id=settings.group_instance_id)
         self._waiting = True
+        self._gave_up = False  # what is revoked from now on, this join still claims
         log.debug("group %r: JoinGroup, member %r, instance %r", settings.group_id,
                   self.member_id, settings.group_instance_id)
         self._join_sent = Send(request, "join", self.attempt, join_timeout(settings))
@@ -701,7 +820,7 @@ class Membership:
     # -- the one place the state changes --------------------------------------------------------
 
     def _transition(self, cause: Input, now: float) -> None:
-        target = TABLE.get((self.state, cause))
+        target = self._table.get((self.state, cause))
         if target is None:
             if not cause.name.startswith("CALL_"):
                 return  # a late answer or timer for a state already left: stale, ignored
@@ -726,9 +845,11 @@ class Membership:
             self._assigned_from = {}
             self.assignment = []
             self._step_at = now
+        if target is State.UNJOINED or (self.cooperative and cause is Input.CALL_REVOKED):
+            # cooperative: on_lost ran, and nothing is held any more
+            self._owned, self._owned_generation = [], -1
         if target is State.UNJOINED:
             self.member_id, self.generation = "", -1
-            self._owned, self._owned_generation = [], -1
 
 
 def join_timeout(settings: Settings) -> float:

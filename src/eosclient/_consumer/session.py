@@ -146,8 +146,9 @@ class ConsumerSession:
         catch_up: Called at the top of each poll round, before taking answers in (the asyncio
             front's :meth:`LoopDriver.pump <eosclient._net.loop_driver.LoopDriver.pump>`: what
             the I/O thread does meanwhile in the sync front); None: nothing.
-        after_revoke: Called once a revoking rebalance step is finished (the asyncio front
-            drops the records it buffered for ``async for``); None: nothing.
+        after_revoke: Called with the partitions once a revoking rebalance step is finished
+            (the asyncio front drops the records it buffered for ``async for`` from them);
+            None: nothing.
         finalizer: Stops the loop if the session is collected unclosed; detached by the front
             once closed.
     """
@@ -183,7 +184,7 @@ class ConsumerSession:
         self.unlocked: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         self._shared: threading.Lock | None = None  # the lock, once a thread shares it
         self.catch_up: Callable[[], None] | None = None
-        self.after_revoke: Callable[[], None] | None = None
+        self.after_revoke: Callable[[list[TopicPartition]], None] | None = None
         self.finalizer = weakref.finalize(self, loop.discard)  # never closed: stop the thread
 
     def start_thread(self) -> None:
@@ -492,7 +493,7 @@ class ConsumerSession:
         finally:
             group.finish_step(self.loop, self.assignment, step, completed=completed)
             if step.revoking and self.after_revoke is not None:
-                self.after_revoke()
+                self.after_revoke(step.partitions)
 
     def position(self, tp: TopicPartition, timeout: float | None) -> Steps[int]:
         """The offset of the next record to deliver from ``tp`` (checked), waited for while it

@@ -436,9 +436,15 @@ class ProcessorCore:
         except EosError as exc:  # the original error is what the caller needs
             log.warning("abort after a failure failed too: %r", exc)
 
-    def _rewind_to_committed(self) -> Steps[None]:
-        self._rewind = False
-        assigned = yield Io("consumer", "assignment")
+    def _rewind_to_committed(self, partitions: list[TopicPartition] | None = None,
+                             ) -> Steps[None]:
+        """Seek ``partitions`` (None: every assigned one, and the pending rewind is done) to
+        the offsets the group shows, or past what this instance committed there."""
+        if partitions is None:
+            self._rewind = False
+            assigned = yield Io("consumer", "assignment")
+        else:
+            assigned = partitions
         if not assigned:
             return
         shown_now = yield Io("consumer", "committed", (assigned,))
@@ -521,13 +527,23 @@ class ProcessorCore:
         partitions' last stable offsets pass their high watermarks of now, every transaction
         that could move these partitions' offsets has ended, and the offsets read then are
         final. The wait is bounded (:meth:`_await_output_settled`).
+
+        Cooperative (KIP-429), partitions come while others are kept, and a transaction over
+        the kept ones may be open: it is committed first, as before a revocation (its own
+        records would hold the output's LSO back until it times out, and the proof needs no
+        transaction open), and only the new partitions are rewound: the kept ones go on from
+        where they are. ``on_assign`` with nothing new changes nothing.
         """
         if not partitions:
             return
-        if self._txn is None:
-            yield from self._prove_not_replaced()
+        log.info("assigned %s", _named(partitions))
+        if self._txn is not None:
+            log.info("partitions assigned beside kept ones: committing the open transaction "
+                     "first")
+            yield from self._finish_before_rebalance()
+        yield from self._prove_not_replaced()
         yield from self._await_output_settled()
-        yield from self._rewind_to_committed()
+        yield from self._rewind_to_committed(partitions)
 
     def _await_output_settled(self) -> Steps[None]:
         """Wait until the output's LSO reaches its high watermark of now, on every partition,
@@ -568,15 +584,13 @@ class ProcessorCore:
 
     def on_revoke(self, partitions: list[TopicPartition]) -> Steps[None]:
         """Finish the open transaction before the group takes partitions away, and wait until
-        the group shows what was committed for them."""
+        the group shows what was committed for them. Cooperative (KIP-429), ``partitions`` are
+        only those that move: the transaction ends all the same (it holds their records), and
+        the kept partitions carry on into the next one from where they are."""
+        log.info("revoked %s", _named(partitions))
         if self._txn is not None:
             log.info("partitions revoked: committing the open transaction first")
-            try:
-                yield from self._commit()
-            except AbortableError as exc:
-                log.warning("commit before revocation failed, aborting: %r", exc)
-                yield from self._abort()
-                self._rewind = True  # partitions kept (if any) must go back to committed offsets
+            yield from self._finish_before_rebalance()
         yield from self._secured()
         handed = {tp: self._committed[tp] for tp in partitions if tp in self._committed}
         if handed:
@@ -585,6 +599,16 @@ class ProcessorCore:
             except EosError as exc:  # the group hands them over anyway: say what may follow
                 log.error("handing over partitions whose committed offsets the group does not "
                           "show yet; the next owner may process records again: %r", exc)
+
+    def _finish_before_rebalance(self) -> Steps[None]:
+        """Commit the open transaction; if that fails, abort it, and rewind the partitions
+        still assigned (kept) before the next poll."""
+        try:
+            yield from self._commit()
+        except AbortableError as exc:
+            log.warning("commit before the rebalance failed, aborting: %r", exc)
+            yield from self._abort()
+            self._rewind = True  # partitions kept (if any) must go back to committed offsets
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -617,6 +641,14 @@ class ProcessorCore:
         if self._txn is None:
             raise RuntimeError("no transaction is open")  # a bug: _begin comes first
         return self._txn
+
+
+def _named(partitions: Sequence[TopicPartition]) -> str:
+    """``topic[0, 2]``, topic by topic, for a log line."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return " ".join(f"{t}{sorted(ps)}" for t, ps in sorted(by_topic.items()))
 
 
 def _item(output: Output, record: ConsumerRecord | None) -> Item:

@@ -83,9 +83,10 @@ class AsyncReadCommittedConsumer(Generic[KeyT, ValueT]):
         self._driver: LoopDriver | None = None
         # Records polled for `async for` and not yet handed out: commit() and position()
         # count from the first of them, so nothing unseen is committed. Changed in place: the
-        # session drops them after a revoking rebalance step (after_revoke).
+        # session drops those of revoked partitions after a revoking rebalance step
+        # (after_revoke; cooperative, the kept partitions' stay).
         self._buffered: collections.deque[ConsumerRecord[KeyT, ValueT]] = collections.deque()
-        session.after_revoke = self._buffered.clear
+        session.after_revoke = lambda tps: self._drop_buffered(set(tps))
 
     # -- lifecycle ------------------------------------------------------------------------------
 
