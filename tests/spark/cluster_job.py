@@ -8,8 +8,17 @@ first to get there; once per query) stops mid-batch after a few rows, writes ``h
 ``--markers`` (its Python worker's pid, its partition, the interpreter it runs and where it
 imported eosclient from: executors must import it as a user's cluster would, installed in the
 interpreter ``PYSPARK_PYTHON`` names) and waits there (at most ``HOLD_SECONDS``) for the test
-to kill its executor; every task attempt writes ``ran-<batch>-<partition>-<task attempt
-id>``. At the end the job prints the sink's outcomes as JSON (the writer has none: ``[]``).
+to kill its executor (or the driver); every task attempt writes ``ran-<batch>-<partition>-<task
+attempt id>``, and the driver ``driver-<application id>`` once its application is registered (a
+restarted driver is a new application; the ids sort by start). At the end the job prints the
+sink's outcomes as JSON (the writer has none: ``[]``).
+
+``source`` reads ``--source-topic`` with the ``eosclient-kafka`` source (read_committed,
+``MAX_OFFSETS`` offsets per micro-batch, so several batches) and writes it with the data source
+writer, each record with an ``eos.src`` header naming its topic, partition and offset (the
+checker matches output to input by it). A Python UDF in the reading task holds it at the
+record at offset ``HOLD_OFFSET`` of partition 0 (a committed record, in batch 1), and every
+attempt that reaches that record writes its ``ran-<hold batch>-...`` marker.
 """
 
 from __future__ import annotations
@@ -25,15 +34,18 @@ from typing import Any
 
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.functions import col, udf
-from pyspark.sql.types import StringType
+from pyspark.sql.functions import col, expr, udf
+from pyspark.sql.types import BinaryType, StringType
 
+from eosclient.processor import SOURCE_HEADER
 from eosclient.spark import ExactlyOnceKafkaDataSource, ExactlyOnceKafkaSink
 from eosclient.spark._task import TaskResult
 
 HOLD_SECONDS = 60.0
 HELD_AFTER = 5  # rows of a held task that pass before it stops
 QUERY_SECONDS = 150
+MAX_OFFSETS = 50  # per micro-batch of the source: batch 1 reads offsets 25-49 of each partition
+HOLD_OFFSET = 35  # committed (test_source.write(): offsets 16-31 are an aborted transaction's)
 
 
 def build_cluster_session(master: str, app: str) -> SparkSession:
@@ -123,6 +135,8 @@ class HeldSink(ExactlyOnceKafkaSink):
 
 
 def stream(spark: SparkSession, opts: argparse.Namespace) -> list[dict[str, int]]:
+    if opts.mode == "source":
+        return _source(spark, opts)
     lines = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(opts.input)
     out = lines.selectExpr("concat(value, '!') as value", "value as key")
     if opts.mode == "writer":
@@ -177,6 +191,36 @@ def _writer(spark: SparkSession, out: DataFrame, opts: argparse.Namespace,
     return []
 
 
+def _source(spark: SparkSession, opts: argparse.Namespace) -> list[dict[str, int]]:
+    """Kafka -> Spark -> Kafka: the source's reading task holds at one record (a UDF in the
+    same task, before the writer), once per query."""
+    markers, hold_batch = opts.markers, opts.hold_batch
+
+    def pass_or_hold(value: bytes, partition: int, offset: int) -> bytes:
+        if (partition, offset) == (0, HOLD_OFFSET):
+            _ran(markers, hold_batch)
+            if not any(Path(markers).glob("held-*")):
+                _hold(markers)
+        return value
+
+    spark.dataSource.register(ExactlyOnceKafkaDataSource)
+    frame = (spark.readStream.format("eosclient-kafka").option("bootstrap.servers",
+                                                                opts.bootstrap)
+             .option("subscribe", opts.source_topic)
+             .option("maxOffsetsPerTrigger", str(MAX_OFFSETS)).load())
+    held = frame.select(
+        udf(pass_or_hold, BinaryType())("value", "partition", "offset").alias("value"), "key",
+        expr(f"array(named_struct('key', '{SOURCE_HEADER}', 'value', cast(concat(topic, '/', "
+             "partition, '/', offset) as binary))) as headers"))
+    query = (held.writeStream.format("eosclient-kafka").option("bootstrap.servers",
+                                                               opts.bootstrap)
+             .option("topic", opts.topic).option("sinkId", opts.sink_id)
+             .option("timeoutSeconds", "30").option("checkpointLocation", opts.checkpoint)
+             .trigger(availableNow=True).start())
+    _finish(query)
+    return []
+
+
 def _finish(query: Any) -> None:
     if not query.awaitTermination(QUERY_SECONDS):
         query.stop()
@@ -187,13 +231,15 @@ def _finish(query: Any) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["atomic", "partitioned", "writer"])
+    parser.add_argument("mode", choices=["atomic", "partitioned", "writer", "source"])
     parser.add_argument("--master", required=True)
-    for name in ("--bootstrap", "--topic", "--sink-id", "--input", "--checkpoint", "--markers"):
+    for name in ("--bootstrap", "--topic", "--sink-id", "--input", "--checkpoint", "--markers",
+                 "--source-topic"):
         parser.add_argument(name)
     parser.add_argument("--hold-batch", type=int, default=-1)
     opts = parser.parse_args()
     spark = build_cluster_session(opts.master, f"eosclient-cluster-{opts.mode}")
+    Path(opts.markers, f"driver-{spark.sparkContext.applicationId}").touch()
     try:
         print(json.dumps(stream(spark, opts)))
     finally:
