@@ -365,6 +365,7 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.long_on_tansu
 def test_a_worker_joining_a_cooperative_group_interrupts_only_the_partitions_that_move(
         front: Front, broker: RunningBroker, unique_name: Names,
         caplog: pytest.LogCaptureFixture) -> None:

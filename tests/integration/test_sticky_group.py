@@ -232,6 +232,7 @@ def produce_until(broker: RunningBroker, topic: str, stop: threading.Event) -> N
     assert producer.flush(10) == 0
 
 
+@pytest.mark.long_on_tansu
 def test_cooperative_consumers_keep_fetching_their_partitions_while_a_member_joins(
         broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
     topics.create_topic(broker, topic_name, PARTITIONS)
@@ -272,6 +273,7 @@ def test_cooperative_consumers_keep_fetching_their_partitions_while_a_member_joi
         assert any(kind == "records" and ps <= kept for kind, ps in events[revoked:last_assign])
 
 
+@pytest.mark.long_on_tansu
 def test_the_rolling_upgrades_second_step_mixes_eager_and_cooperative_members(
         broker: RunningBroker, topic_name: str, unique_name: Callable[[str], str]) -> None:
     # KIP-429's upgrade: a member still offering range beside cooperative-sticky (restarted in
