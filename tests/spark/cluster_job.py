@@ -182,12 +182,7 @@ def _writer(spark: SparkSession, out: DataFrame, opts: argparse.Namespace,
     spark.dataSource.register(ExactlyOnceKafkaDataSource)
     held = out.repartition(2).select(udf(pass_or_hold, StringType())(col("value")).alias("value"),
                                      "key")
-    query = (held.writeStream.format("eosclient-kafka").option("bootstrap.servers",
-                                                               opts.bootstrap)
-             .option("topic", opts.topic).option("sinkId", opts.sink_id)
-             .option("timeoutSeconds", "30").option("checkpointLocation", opts.checkpoint)
-             .trigger(availableNow=True).start())
-    _finish(query)
+    _finish(_write_to_kafka(held, opts))
     return []
 
 
@@ -212,13 +207,17 @@ def _source(spark: SparkSession, opts: argparse.Namespace) -> list[dict[str, int
         udf(pass_or_hold, BinaryType())("value", "partition", "offset").alias("value"), "key",
         expr(f"array(named_struct('key', '{SOURCE_HEADER}', 'value', cast(concat(topic, '/', "
              "partition, '/', offset) as binary))) as headers"))
-    query = (held.writeStream.format("eosclient-kafka").option("bootstrap.servers",
-                                                               opts.bootstrap)
-             .option("topic", opts.topic).option("sinkId", opts.sink_id)
-             .option("timeoutSeconds", "30").option("checkpointLocation", opts.checkpoint)
-             .trigger(availableNow=True).start())
-    _finish(query)
+    _finish(_write_to_kafka(held, opts))
     return []
+
+
+def _write_to_kafka(frame: Any, opts: argparse.Namespace) -> Any:
+    """Start ``frame`` into the topic through the ``eosclient-kafka`` data source writer."""
+    return (frame.writeStream.format("eosclient-kafka").option("bootstrap.servers",
+                                                               opts.bootstrap)
+            .option("topic", opts.topic).option("sinkId", opts.sink_id)
+            .option("timeoutSeconds", "30").option("checkpointLocation", opts.checkpoint)
+            .trigger(availableNow=True).start())
 
 
 def _finish(query: Any) -> None:
